@@ -1,0 +1,1 @@
+"""The cpu backend: numpy buffers, native kernels for every op. Shipped with anydevice."""

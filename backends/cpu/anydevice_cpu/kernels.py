@@ -1,0 +1,255 @@
+"""Native numpy kernels for every op in the registry.
+
+Kernels use the returning convention ``fn(ctx, *inputs, **attrs) -> ndarray``. float16 and
+bfloat16 math that numpy does slowly or imprecisely runs in float32 and is rounded back.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from anydevice.ops.indexing import to_numpy_key
+
+_HALF = ("float16", "bfloat16")
+
+
+def _quiet(fn):
+    def k(ctx, *a, **kw):
+        with np.errstate(all="ignore"):
+            return fn(*a, **kw)
+
+    return k
+
+
+def _half_via_f32(fn):
+    """Run ``fn`` in float32 for float16/bfloat16 inputs and cast the result back."""
+
+    def k(ctx, *a, **kw):
+        x0 = a[0][0] if isinstance(a[0], list) else a[0]
+        dt = np.asarray(x0).dtype
+        with np.errstate(all="ignore"):
+            if dt.name in _HALF:
+                a = [[np.asarray(t, np.float32) for t in x] if isinstance(x, list) else
+                     (np.asarray(x, np.float32) if np.asarray(x).dtype == dt else x) for x in a]
+                r = fn(*a, **kw)
+                r = np.asarray(r)
+                return r.astype(dt) if r.dtype == np.float32 else r
+            return fn(*a, **kw)
+
+    return k
+
+
+def _erf(x):
+    # Abramowitz & Stegun 7.1.26 refined with one Newton step on float64: |err| < 1e-12 for float64 input
+    x64 = np.asarray(x, np.float64)
+    t = 1.0 / (1.0 + 0.3275911 * np.abs(x64))
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    y = np.sign(x64) * (1.0 - poly * np.exp(-x64 * x64))
+    return y.astype(np.asarray(x).dtype)
+
+
+def _astype(x, dtype, copy=True):
+    x = np.asarray(x)
+    if dtype.kind in ("int", "uint") and x.dtype.kind == "f":
+        with np.errstate(invalid="ignore"):
+            return np.trunc(x).astype(dtype.numpy)
+    return x.astype(dtype.numpy)
+
+
+def _getitem(x, key):
+    return np.asarray(x)[to_numpy_key(key)]
+
+
+def _setitem(x, value, key):
+    y = np.array(x, copy=True)
+    y[to_numpy_key(key)] = value
+    return y
+
+
+def _take(x, indices, axis):
+    return np.take(np.asarray(x), indices, axis=axis)
+
+
+def _concat(arrays, axis):
+    if axis is None:
+        return np.concatenate([np.reshape(a, -1) for a in arrays])
+    return np.concatenate(arrays, axis=axis)
+
+
+def _arange(start, stop, step, dtype):
+    n = max(0, math.ceil((stop - start) / step))
+    if dtype.kind == "float":
+        return (start + step * np.arange(n, dtype=np.float64)).astype(dtype.numpy)
+    return np.arange(start, start + n * step, step, dtype=dtype.numpy)[:n]
+
+
+def _argreduce(fn):
+    def k(x, axis, keepdims):
+        x = np.asarray(x)
+        if axis is None:
+            r = fn(x.reshape(-1))
+            return np.full((1,) * x.ndim if keepdims else (), r, dtype=np.int64)
+        return fn(x, axis=axis, keepdims=keepdims).astype(np.int64)
+
+    return k
+
+
+def _softmax(x, axis):
+    if np.ndim(x) == 0:
+        return np.ones_like(x)
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    e /= np.sum(e, axis=axis, keepdims=True)
+    return e
+
+
+def _log_softmax(x, axis):
+    if np.ndim(x) == 0:
+        return np.zeros_like(x)
+    s = x - np.max(x, axis=axis, keepdims=True)
+    return s - np.log(np.sum(np.exp(s), axis=axis, keepdims=True))
+
+
+def _cross_entropy(logits, labels, reduction):
+    lsm = _log_softmax(logits, -1)
+    nll = -np.take_along_axis(lsm, labels[..., None].astype(np.intp), axis=-1)[..., 0]
+    if reduction == "none":
+        return nll
+    return np.asarray(nll.sum() if reduction == "sum" else nll.mean(), dtype=lsm.dtype)
+
+
+def _layer_norm(x, weight, bias, eps):
+    axes = tuple(range(x.ndim - weight.ndim, x.ndim))
+    m = x.mean(axis=axes, keepdims=True)
+    d = x - m
+    v = (d * d).mean(axis=axes, keepdims=True)
+    return (d / np.sqrt(v + np.asarray(eps, x.dtype)) * weight + bias).astype(x.dtype)
+
+
+def _gelu(x, approximate):
+    if approximate == "tanh":
+        return 0.5 * x * (1 + np.tanh(np.asarray(math.sqrt(2 / math.pi), x.dtype) * (x + 0.044715 * x * x * x)))
+    return 0.5 * x * (1 + _erf(x / np.asarray(math.sqrt(2.0), x.dtype)))
+
+
+def _linspace(start, stop, num, dtype, endpoint):
+    return np.linspace(start, stop, num, endpoint=endpoint).astype(dtype.numpy)
+
+
+def _eye(n_rows, n_cols, k, dtype):
+    return np.eye(n_rows, n_cols, k=k, dtype=dtype.numpy)
+
+
+def _sign(x):
+    return np.sign(x)
+
+
+def _var(x, axis, keepdims, correction):
+    return np.var(x, axis=axis, keepdims=keepdims, ddof=correction)
+
+
+def _std(x, axis, keepdims, correction):
+    return np.std(x, axis=axis, keepdims=keepdims, ddof=correction)
+
+
+def _matmul(a, b):
+    return np.matmul(a, b)
+
+
+def _sum(x, axis, keepdims, dtype=None):
+    return np.sum(x, axis=axis, keepdims=keepdims)
+
+
+def _prod(x, axis, keepdims, dtype=None):
+    return np.prod(x, axis=axis, keepdims=keepdims)
+
+
+def _logsumexp(x, axis, keepdims):
+    m = np.max(x, axis=axis, keepdims=True)
+    m = np.where(np.isinf(m), 0, m)
+    r = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
+    return r if keepdims else np.squeeze(r, axis=axis)
+
+
+def _logaddexp(a, b):
+    return np.logaddexp(a, b)
+
+
+def _clip(x, min=None, max=None):
+    if min is not None:
+        x = np.maximum(x, np.asarray(min, dtype=np.asarray(x).dtype))
+    if max is not None:
+        x = np.minimum(x, np.asarray(max, dtype=np.asarray(x).dtype))
+    return x
+
+
+# op name -> (implementation, wrapper). Wrappers: "plain" (fast, no error-state change),
+# "quiet" (numpy floating warnings silenced), "half" (float16/bfloat16 computed in float32).
+_TABLE = {
+    "add": (np.add, "plain"), "subtract": (np.subtract, "plain"), "multiply": (np.multiply, "plain"),
+    "divide": (np.divide, "quiet"), "pow": (np.power, "quiet"), "maximum": (np.maximum, "plain"),
+    "minimum": (np.minimum, "plain"), "remainder": (np.remainder, "quiet"),
+    "floor_divide": (np.floor_divide, "quiet"), "equal": (np.equal, "plain"), "not_equal": (np.not_equal, "plain"),
+    "less": (np.less, "plain"), "less_equal": (np.less_equal, "plain"), "greater": (np.greater, "plain"),
+    "greater_equal": (np.greater_equal, "plain"), "bitwise_and": (np.bitwise_and, "plain"),
+    "bitwise_or": (np.bitwise_or, "plain"), "bitwise_xor": (np.bitwise_xor, "plain"),
+    "bitwise_left_shift": (np.left_shift, "plain"), "bitwise_right_shift": (np.right_shift, "plain"),
+    "logical_and": (np.logical_and, "plain"), "logical_or": (np.logical_or, "plain"),
+    "logical_xor": (np.logical_xor, "plain"), "hypot": (np.hypot, "half"), "logaddexp": (_logaddexp, "half"),
+    "negative": (np.negative, "plain"), "positive": (np.positive, "plain"), "abs": (np.abs, "plain"),
+    "exp": (np.exp, "half"), "expm1": (np.expm1, "half"), "log": (np.log, "half"), "log1p": (np.log1p, "half"),
+    "log2": (np.log2, "half"), "log10": (np.log10, "half"), "sqrt": (np.sqrt, "half"), "square": (np.square, "quiet"),
+    "sin": (np.sin, "half"), "cos": (np.cos, "half"), "tan": (np.tan, "half"), "sinh": (np.sinh, "half"),
+    "cosh": (np.cosh, "half"), "tanh": (np.tanh, "half"), "floor": (np.floor, "plain"), "ceil": (np.ceil, "plain"),
+    "trunc": (np.trunc, "plain"), "round": (np.round, "plain"), "sign": (_sign, "plain"),
+    "reciprocal": (np.reciprocal, "quiet"), "isnan": (np.isnan, "plain"), "isinf": (np.isinf, "plain"),
+    "isfinite": (np.isfinite, "plain"), "logical_not": (np.logical_not, "plain"), "bitwise_invert": (np.invert, "plain"),
+    "erf": (_erf, "half"), "relu": (lambda x: np.maximum(x, np.zeros((), np.asarray(x).dtype)), "plain"),
+    "sigmoid": (lambda x: 1 / (1 + np.exp(-x)), "half"), "gelu": (_gelu, "half"),
+    "where": (np.where, "plain"), "clip": (_clip, "plain"),
+    "sum": (_sum, "half"), "prod": (_prod, "half"), "max": (lambda x, axis, keepdims: np.max(x, axis=axis, keepdims=keepdims), "plain"),
+    "min": (lambda x, axis, keepdims: np.min(x, axis=axis, keepdims=keepdims), "plain"),
+    "argmax": (_argreduce(np.argmax), "plain"), "argmin": (_argreduce(np.argmin), "plain"),
+    "mean": (lambda x, axis, keepdims: np.mean(x, axis=axis, keepdims=keepdims), "half"), "var": (_var, "half"),
+    "std": (_std, "half"), "any": (lambda x, axis, keepdims: np.any(x, axis=axis, keepdims=keepdims), "plain"),
+    "all": (lambda x, axis, keepdims: np.all(x, axis=axis, keepdims=keepdims), "plain"), "logsumexp": (_logsumexp, "half"),
+    "matmul": (_matmul, "half"), "vecdot": (lambda a, b, axis: np.sum(a * b, axis=axis), "half"),
+    "matrix_transpose": (lambda x: np.swapaxes(x, -1, -2), "plain"),
+    "reshape": (lambda x, shape, copy=None: np.reshape(x, shape), "plain"),
+    "permute_dims": (lambda x, axes: np.transpose(x, axes), "plain"),
+    "broadcast_to": (lambda x, shape: np.broadcast_to(x, shape), "plain"), "concat": (_concat, "plain"),
+    "stack": (lambda arrays, axis: np.stack(arrays, axis=axis), "plain"),
+    "squeeze": (lambda x, axis: np.squeeze(x, axis=axis), "plain"),
+    "expand_dims": (lambda x, axis: np.expand_dims(x, axis), "plain"),
+    "flip": (lambda x, axis: np.flip(x, axis=axis) if np.ndim(x) else x, "plain"), "astype": (_astype, "plain"),
+    "getitem": (_getitem, "plain"), "setitem": (_setitem, "plain"), "take": (_take, "plain"),
+    "full": (lambda shape, fill_value, dtype: np.full(shape, fill_value, dtype=dtype.numpy), "plain"),
+    "arange": (_arange, "plain"), "eye": (_eye, "plain"), "linspace": (_linspace, "plain"),
+    "softmax": (_softmax, "half"), "log_softmax": (_log_softmax, "half"), "cross_entropy": (_cross_entropy, "half"),
+    "layer_norm": (_layer_norm, "half"), "linear": (lambda x, w, b: np.matmul(x, w.T) + b, "half"),
+}
+
+
+def _plain(fn):
+    def k(ctx, *a, **kw):
+        return fn(*a, **kw)
+
+    return k
+
+
+_WRAP = {"plain": _plain, "quiet": _quiet, "half": _half_via_f32}
+
+
+def _fast_binary(fn):
+    def k(ctx, a, b):
+        return fn(a, b)
+
+    return k
+
+
+def register(kernels) -> None:
+    for name, (fn, how) in _TABLE.items():
+        if how == "plain" and isinstance(fn, np.ufunc) and fn.nin == 2:
+            kernels.register(name, _fast_binary(fn))
+        else:
+            kernels.register(name, _WRAP[how](fn))

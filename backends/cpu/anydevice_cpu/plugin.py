@@ -1,0 +1,38 @@
+"""Plugin hooks of the cpu backend (entry point ``cpu`` in group ``anydevice.backends``)."""
+from __future__ import annotations
+
+import platform
+
+from anydevice.backend import API_VERSION, DeviceTypeSpec
+from anydevice.plugins import hookimpl
+
+
+@hookimpl
+def anydevice_api_version():
+    return API_VERSION
+
+
+@hookimpl
+def anydevice_device_types():
+    return [DeviceTypeSpec("cpu", description="host CPU through numpy", dlpack_code=1)]
+
+
+@hookimpl
+def anydevice_create_runtime(device_type):
+    from .runtime import CpuRuntime
+
+    return CpuRuntime()
+
+
+@hookimpl
+def anydevice_register_kernels(device_type, runtime, kernels):
+    from .kernels import register
+
+    register(kernels)
+
+
+@hookimpl
+def anydevice_environment(device_type):
+    import numpy as np
+
+    return {"numpy": np.__version__, "processor": platform.processor() or platform.machine()}

@@ -1,0 +1,385 @@
+"""The core's side of a device type: one :class:`Backend` wraps a plugin's runtime.
+
+It fills the runtime's optional gaps with fallbacks, owns the caching allocators, the
+current streams, the kernel table, and the interned :class:`~anydevice.devices.Device`
+objects. ``get_backend(type)`` creates it on first use.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+
+from . import dtypes as _dt
+from .allocator import CachingAllocator
+from .backend import DeviceArray, KernelContext, KernelTable
+from .errors import DeviceUnavailableError, PluginError, UnsupportedError
+from .plugins.manager import DISABLED, FAILED, LOADED, SKIPPED, manager
+
+_backends: dict[str, "Backend"] = {}
+_unavailable: dict[str, str] = {}
+_lock = threading.RLock()
+
+
+def visible_env_var(device_type: str) -> str:
+    """The variable that restricts visible devices of a type, e.g. ``ANYDEVICE_NPU_VISIBLE_DEVICES``."""
+    return f"ANYDEVICE_{device_type.upper()}_VISIBLE_DEVICES"
+
+
+class Stream:
+    """An ordered queue of work on one device (the runtime's stream, or its default stream)."""
+
+    __slots__ = ("device", "handle", "_owned", "__weakref__")
+
+    def __init__(self, device=None, *, _handle=None, _default=False):
+        from .devices import as_device
+
+        self.device = as_device(device)
+        be = self.device._backend
+        self._owned = not _default and be.has("create_stream")
+        self.handle = _handle if _default or not self._owned else be.runtime.create_stream(be.phys(self.device.index))
+
+    def synchronize(self) -> None:
+        be = self.device._backend
+        be.synchronize_stream(self.device.index, self.handle)
+
+    def query(self) -> bool:
+        be, i = self.device._backend, self.device.index
+        if be.has("query_stream"):
+            return bool(be.runtime.query_stream(be.phys(i), self.handle))
+        self.synchronize()
+        return True
+
+    def wait_event(self, event: "Event") -> None:
+        be, i = self.device._backend, self.device.index
+        if be.has("stream_wait_event") and event._handle is not None:
+            be.runtime.stream_wait_event(be.phys(i), self.handle, event._handle)
+        else:
+            event.synchronize()
+
+    def wait_stream(self, other: "Stream") -> None:
+        ev = Event(self.device)
+        ev.record(other)
+        self.wait_event(ev)
+
+    def record_event(self, event: "Event | None" = None) -> "Event":
+        event = event or Event(self.device)
+        event.record(self)
+        return event
+
+    def __del__(self):
+        try:
+            if self._owned and self.handle is not None and hasattr(self.device._backend.runtime, "destroy_stream"):
+                be = self.device._backend
+                be.runtime.destroy_stream(be.phys(self.device.index), self.handle)
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        kind = "default stream" if not self._owned else f"stream {self.handle!r}"
+        return f"<anydevice.Stream {kind} on {self.device}>"
+
+
+class Event:
+    """A marker in a stream: record it, then wait for it or time between two events."""
+
+    __slots__ = ("device", "_handle", "_host_time", "_recorded")
+
+    def __init__(self, device=None, enable_timing: bool = True):
+        from .devices import as_device
+
+        self.device = as_device(device)
+        be = self.device._backend
+        self._handle = be.runtime.create_event(be.phys(self.device.index)) if be.has("create_event") else None
+        self._host_time = None
+        self._recorded = False
+
+    def record(self, stream: Stream | None = None) -> None:
+        be, i = self.device._backend, self.device.index
+        stream = stream or be.current_stream(i)
+        if self._handle is not None and be.has("record_event"):
+            be.runtime.record_event(be.phys(i), self._handle, stream.handle)
+        else:
+            stream.synchronize()
+        self._host_time = time.perf_counter()
+        self._recorded = True
+
+    def synchronize(self) -> None:
+        be, i = self.device._backend, self.device.index
+        if self._handle is not None and be.has("synchronize_event"):
+            be.runtime.synchronize_event(be.phys(i), self._handle)
+
+    def query(self) -> bool:
+        be, i = self.device._backend, self.device.index
+        if self._handle is not None and be.has("query_event"):
+            return bool(be.runtime.query_event(be.phys(i), self._handle))
+        self.synchronize()
+        return True
+
+    def elapsed_time(self, end: "Event") -> float:
+        """Milliseconds between this event and ``end`` (both recorded)."""
+        if not (self._recorded and end._recorded):
+            raise ValueError("elapsed_time() needs both events recorded first")
+        be, i = self.device._backend, self.device.index
+        if self._handle is not None and be.has("elapsed_time"):
+            return float(be.runtime.elapsed_time(be.phys(i), self._handle, end._handle))
+        end.synchronize()
+        return (end._host_time - self._host_time) * 1e3
+
+    def __repr__(self) -> str:
+        return f"<anydevice.Event on {self.device}>"
+
+
+class Backend:
+    """Core-side state of one device type."""
+
+    def __init__(self, device_type: str, record, spec, runtime, kernels: KernelTable):
+        self.type, self.record, self.spec, self.runtime, self.kernels = device_type, record, spec, runtime, kernels
+        self._has = {n for n in dir(runtime) if not n.startswith("_") and callable(getattr(runtime, n, None))}
+        self.own_storage = {"empty", "from_host", "to_host"} <= self._has
+        total = int(runtime.device_count())
+        self.physical = self._visible(total)
+        self.count = len(self.physical)
+        from .devices import Device
+
+        self.devices = [Device(device_type, i, self) for i in range(self.count)]
+        self.allocators = [CachingAllocator(runtime, p, f"{device_type}:{i}") for i, p in enumerate(self.physical)]
+        self._streams: list[Stream | None] = [None] * self.count
+        self._default: list[Stream | None] = [None] * self.count
+        self._dtypes = [None] * self.count
+        self.contexts = [KernelContext(runtime, p, self.devices[i], self) for i, p in enumerate(self.physical)]
+        for d, c in zip(self.devices, self.contexts):
+            d._ctx = c
+        self.plans: dict = {}
+
+    def _visible(self, total: int) -> list[int]:
+        env = os.environ.get(visible_env_var(self.type))
+        if env is None or env.strip() == "":
+            return list(range(total))
+        out = []
+        for part in env.split(","):
+            part = part.strip()
+            if not part.isdigit() or int(part) >= total:
+                raise DeviceUnavailableError(
+                    f"{visible_env_var(self.type)}={env!r} names device {part!r}, but {self.type} has "
+                    f"{total} device(s) (indices 0..{total - 1})"
+                )
+            out.append(int(part))
+        return out
+
+    def has(self, method: str) -> bool:
+        return method in self._has
+
+    def phys(self, index: int) -> int:
+        return self.physical[index]
+
+    # --- dtypes -----------------------------------------------------------------------
+    def dtypes(self, index: int = 0) -> frozenset:
+        d = self._dtypes[index]
+        if d is None:
+            d = frozenset(self.runtime.dtypes(self.phys(index))) if self.has("dtypes") else frozenset(_dt.ALL_DTYPES)
+            self._dtypes[index] = d
+        return d
+
+    def check_dtype(self, index: int, dtype) -> None:
+        if dtype not in self.dtypes(index):
+            names = ", ".join(d.name for d in _dt.ALL_DTYPES if d in self.dtypes(index))
+            raise TypeError(f"{self.type}:{index} does not support dtype {dtype.name}; it supports: {names}")
+
+    # --- memory -----------------------------------------------------------------------
+    def empty(self, index: int, shape: tuple, dtype):
+        if self.own_storage:
+            return self.runtime.empty(self.phys(index), shape, dtype)
+        n = 1
+        for s in shape:
+            n *= s
+        blk = self.allocators[index].allocate(max(n * dtype.itemsize, 1), self.current_stream(index).handle)
+        return DeviceArray(blk, tuple(shape), dtype)
+
+    def from_host(self, index: int, arr: np.ndarray, dtype):
+        self.check_dtype(index, dtype)
+        arr = np.ascontiguousarray(arr, dtype=dtype.numpy)
+        if self.own_storage:
+            return self.runtime.from_host(self.phys(index), arr)
+        buf = self.empty(index, arr.shape, dtype)
+        if arr.nbytes:
+            self.runtime.copy_h2d(self.phys(index), buf.handle, buf.byte_offset, arr)
+        return buf
+
+    def to_host(self, buf, index: int, shape: tuple, dtype) -> np.ndarray:
+        if self.own_storage:
+            return self.runtime.to_host(buf)
+        out = np.empty(shape, dtype=dtype.numpy)
+        if out.nbytes:
+            self.runtime.copy_d2h(self.phys(index), out, buf.handle, buf.byte_offset)
+        return out
+
+    def fill(self, index: int, shape: tuple, dtype, value):
+        """A new buffer filled with ``value`` (memset for zero bytes, else host fill + copy)."""
+        if not self.own_storage and self.has("memset") and value == 0:
+            buf = self.empty(index, shape, dtype)
+            if buf.nbytes:
+                self.runtime.memset(self.phys(index), buf.handle, buf.byte_offset, 0, buf.nbytes)
+            return buf
+        return self.from_host(index, np.full(shape, value, dtype=dtype.numpy), dtype)
+
+    def copy_to(self, buf, src_index: int, dst_backend: "Backend", dst_index: int, shape, dtype):
+        """Copy a buffer to another device (same type: d2d/p2p; else through host)."""
+        if dst_backend is self and not self.own_storage:
+            out = self.empty(dst_index, shape, dtype)
+            n = out.nbytes
+            if n == 0:
+                return out
+            rt, ps, pd = self.runtime, self.phys(src_index), self.phys(dst_index)
+            if ps == pd and self.has("copy_d2d"):
+                rt.copy_d2d(ps, out.handle, out.byte_offset, buf.handle, buf.byte_offset, n)
+                return out
+            if ps != pd and self.has("copy_p2p"):
+                rt.copy_p2p(pd, out.handle, out.byte_offset, ps, buf.handle, buf.byte_offset, n)
+                return out
+            host = self.to_host(buf, src_index, shape, dtype)
+            rt.copy_h2d(pd, out.handle, out.byte_offset, host)
+            return out
+        if dst_backend is self and self.own_storage and src_index == dst_index:
+            return buf
+        host = self.to_host(buf, src_index, shape, dtype)
+        return dst_backend.from_host(dst_index, host, dtype)
+
+    def memory_stats(self, index: int) -> dict:
+        if self.own_storage:
+            if self.has("memory_stats"):
+                return dict(self.runtime.memory_stats(self.phys(index)))
+            raise UnsupportedError(
+                f"{self.type} keeps its own memory and does not report allocator statistics "
+                f"(its runtime has no memory_stats())"
+            )
+        return self.allocators[index].stats()
+
+    def empty_cache(self, index: int) -> int:
+        if self.own_storage:
+            return int(self.runtime.empty_cache(self.phys(index))) if self.has("empty_cache") else 0
+        self.synchronize(index)
+        return self.allocators[index].empty_cache()
+
+    def memory_info(self, index: int):
+        if self.has("memory_info"):
+            return tuple(self.runtime.memory_info(self.phys(index)))
+        return (None, None)
+
+    # --- streams ----------------------------------------------------------------------
+    def default_stream(self, index: int) -> Stream:
+        s = self._default[index]
+        if s is None:
+            s = self._default[index] = Stream(self.devices[index], _default=True)
+        return s
+
+    def current_stream(self, index: int) -> Stream:
+        return self._streams[index] or self.default_stream(index)
+
+    def set_stream(self, index: int, stream: Stream | None) -> None:
+        self._streams[index] = stream
+
+    def synchronize_stream(self, index: int, handle) -> None:
+        if handle is not None and self.has("synchronize_stream"):
+            self.runtime.synchronize_stream(self.phys(index), handle)
+        else:
+            self.runtime.synchronize(self.phys(index))
+
+    def synchronize(self, index: int) -> None:
+        self.runtime.synchronize(self.phys(index))
+
+    def properties(self, index: int) -> dict:
+        props = {"name": f"{self.type}:{index}"}
+        if self.has("properties"):
+            props.update(self.runtime.properties(self.phys(index)))
+        free, total = self.memory_info(index)
+        props.setdefault("total_memory", total)
+        props["dtypes"] = [d.name for d in _dt.ALL_DTYPES if d in self.dtypes(index)]
+        props["native_ops"] = len(self.kernels.ops())
+        return props
+
+
+# --- lookup --------------------------------------------------------------------------
+def canonical_type(name: str) -> str | None:
+    """The device type ``name`` denotes (aliases resolved), or None if unknown."""
+    manager.discover()
+    if name in manager.by_type:
+        return name
+    if name in manager.aliases:
+        return manager.aliases[name]
+    manager.load_all()
+    return manager.aliases.get(name)
+
+
+def get_backend(device_type: str) -> Backend:
+    """The backend of a canonical device type; raises DeviceUnavailableError with the reason."""
+    be = _backends.get(device_type)
+    if be is not None:
+        return be
+    with _lock:
+        be = _backends.get(device_type)
+        if be is not None:
+            return be
+        if device_type in _unavailable:
+            raise DeviceUnavailableError(_unavailable[device_type])
+        try:
+            be = _create(device_type)
+        except DeviceUnavailableError as e:
+            _unavailable[device_type] = str(e)
+            raise
+        _backends[device_type] = be
+        return be
+
+
+def _create(device_type: str) -> Backend:
+    rec = manager.load_type(device_type)
+    if rec is None:
+        raise DeviceUnavailableError(f"no plugin provides device type {device_type!r}")
+    if rec.status in (FAILED, SKIPPED, DISABLED):
+        raise DeviceUnavailableError(f"{device_type}: plugin {rec.distribution or rec.name} {rec.status}: {rec.reason}")
+    assert rec.status == LOADED
+    try:
+        runtime = manager.call(rec, "anydevice_create_runtime", device_type=device_type)
+    except DeviceUnavailableError as e:
+        raise DeviceUnavailableError(f"{device_type}: {e}") from e
+    except Exception as e:  # noqa: BLE001 - a broken plugin must not break the core
+        raise DeviceUnavailableError(
+            f"{device_type}: plugin {rec.name} raised in anydevice_create_runtime(): {type(e).__name__}: {e}"
+        ) from e
+    if runtime is None:
+        raise DeviceUnavailableError(f"{device_type}: plugin {rec.name} returned no runtime")
+    for req in ("device_count", "synchronize"):
+        if not callable(getattr(runtime, req, None)):
+            raise DeviceUnavailableError(f"{device_type}: runtime of plugin {rec.name} lacks required method {req}()")
+    kernels = KernelTable(device_type)
+    try:
+        manager.call(rec, "anydevice_register_kernels", device_type=device_type, runtime=runtime, kernels=kernels)
+        be = Backend(device_type, rec, rec.specs[device_type], runtime, kernels)
+    except DeviceUnavailableError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise DeviceUnavailableError(f"{device_type}: plugin {rec.name} failed during setup: {type(e).__name__}: {e}") from e
+    if be.count == 0:
+        raise DeviceUnavailableError(f"{device_type}: the runtime reports no devices")
+    return be
+
+
+def forget(device_type: str | None = None) -> None:
+    """Drop created backends (tests, and ``reset`` after a lost device)."""
+    with _lock:
+        for t in [device_type] if device_type else list(_backends) + list(_unavailable):
+            _backends.pop(t, None)
+            _unavailable.pop(t, None)
+
+
+def unavailable_reason(device_type: str) -> str | None:
+    try:
+        get_backend(device_type)
+    except DeviceUnavailableError as e:
+        return str(e)
+    return None
+
+
+__all__ = ["Backend", "Stream", "Event", "get_backend", "canonical_type", "PluginError"]

@@ -1,0 +1,356 @@
+"""The dispatcher: native kernel, else decomposition, else a visible CPU fallback.
+
+For each (op, device, compute dtype) the first call chooses a *path* and caches it:
+
+1. ``native``: the device's kernel table has a kernel for the op and dtype;
+2. ``decomposed``: the op is composite and its decomposition runs on the device using only
+   native kernels (tried once; if any op inside it would need the CPU the whole op falls
+   back instead, so one call never bounces between host and device op by op);
+3. ``fallback``: inputs are copied to the cpu, the op runs there, the result is copied back.
+   Every fallback is counted per (op, device) — :func:`fallback_counts` — and, depending on
+   ``ANYDEVICE_FALLBACK`` (``warn`` by default, ``silent`` or ``error``), warns once per op
+   or raises :class:`~anydevice.errors.FallbackError`.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import time
+import warnings
+
+from . import autograd as _ag
+from . import dtypes as _dt
+from .errors import FallbackError
+from .ops.registry import check_category
+
+NATIVE, DECOMPOSED, FALLBACK = "native", "decomposed", "fallback"
+_MODES = ("warn", "silent", "error")
+
+
+class FallbackWarning(UserWarning):
+    """An op ran on the CPU because the device has no kernel and no usable decomposition."""
+
+
+class _NeedsFallback(Exception):
+    pass
+
+
+_tls = threading.local()
+_counts: collections.Counter = collections.Counter()
+_warned: set = set()
+_observers: list = []
+_mode = [os.environ.get("ANYDEVICE_FALLBACK", "warn").strip().lower() or "warn"]
+if _mode[0] not in _MODES:
+    raise ValueError(f"ANYDEVICE_FALLBACK={_mode[0]!r} is not one of {', '.join(_MODES)}")
+
+
+def set_fallback_mode(mode: str) -> str:
+    """Set what happens on a CPU fallback: ``warn`` (once per op), ``silent`` or ``error``. Returns the old mode."""
+    if mode not in _MODES:
+        raise ValueError(f"fallback mode {mode!r} is not one of {', '.join(_MODES)}")
+    old, _mode[0] = _mode[0], mode
+    return old
+
+
+def get_fallback_mode() -> str:
+    return _mode[0]
+
+
+def fallback_counts() -> dict:
+    """``{(op, device_string): count}`` of CPU fallbacks in this process."""
+    return dict(_counts)
+
+
+def reset_fallback_counts() -> None:
+    _counts.clear()
+    _warned.clear()
+
+
+def add_observer(fn) -> None:
+    """Call ``fn(op, device, path, seconds, inputs, out)`` after every top-level op (profiler, tracing)."""
+    _observers.append(fn)
+
+
+def remove_observer(fn) -> None:
+    _observers.remove(fn)
+
+
+def _depth() -> int:
+    return getattr(_tls, "depth", 0)
+
+
+# --- argument binding ----------------------------------------------------------------------
+def _bind(op, args, kwargs):
+    n_in = len(op.inputs)
+    if len(args) < n_in:
+        missing = [n.lstrip("*") for n in op.inputs[len(args):] if n.lstrip("*") not in kwargs]
+        args = tuple(args) + tuple(kwargs.pop(n.lstrip("*")) for n in op.inputs[len(args):] if n.lstrip("*") in kwargs)
+        if missing and len(args) < n_in:
+            raise TypeError(f"{op.name}() missing required input(s): {', '.join(missing)}")
+    inputs, rest = args[:n_in], args[n_in:]
+    names = list(op.attrs)
+    if len(rest) > len(names):
+        raise TypeError(f"{op.name}() takes {n_in + len(names)} positional arguments but {len(args)} were given")
+    attrs = dict(op.attrs)
+    for k, v in zip(names, rest):
+        attrs[k] = v
+    for k, v in kwargs.items():
+        if k not in attrs:
+            allowed = ", ".join(n.lstrip("*") for n in op.inputs) + (", " if names else "") + ", ".join(names)
+            raise TypeError(f"{op.name}() got an unexpected argument {k!r}; it takes: {allowed}")
+        attrs[k] = v
+    return inputs, attrs
+
+
+def _as_tensors(op, inputs, device_hint):
+    """Tensors stay; Python scalars are left for the dtype rule; anything else is an error."""
+    from .tensor import Tensor
+
+    out = []
+    for name, x in zip(op.inputs, inputs):
+        if name.startswith("*"):
+            if isinstance(x, Tensor) or not isinstance(x, (list, tuple)):
+                raise TypeError(f"{op.name}() expects a list or tuple of tensors for {name[1:]!r}")
+            if not x:
+                raise ValueError(f"{op.name}() needs at least one tensor in {name[1:]!r}")
+            for t in x:
+                if not isinstance(t, Tensor):
+                    raise TypeError(f"{op.name}() expects tensors in {name[1:]!r}, got {type(t).__name__}")
+            out.append(list(x))
+        elif isinstance(x, Tensor) or type(x) in (bool, int, float, complex):
+            out.append(x)
+        else:
+            raise TypeError(
+                f"{op.name}() expects a Tensor for {name!r}, got {type(x).__name__}; convert it with anydevice.asarray()"
+            )
+    return out
+
+
+def _flat(inputs):
+    for x in inputs:
+        if isinstance(x, list):
+            yield from x
+        else:
+            yield x
+
+
+# --- the call path -----------------------------------------------------------------------
+def call(op, args, kwargs):
+    """Run ``op`` on ``args``/``kwargs`` (the public function of every op)."""
+    inputs, attrs = _bind(op, args, kwargs)
+    return apply(op, _as_tensors(op, inputs, None), attrs)
+
+
+def apply(op, inputs, attrs):
+    from .devices import as_device
+    from .tensor import Tensor, _wrap
+
+    tensors = [x for x in _flat(inputs) if type(x) is Tensor or isinstance(x, Tensor)]
+    if tensors:
+        device = tensors[0].device
+        for t in tensors[1:]:
+            if t.device is not device:
+                raise ValueError(
+                    f"{op.name}(): inputs are on different devices, {device} and {t.device}; move them to one "
+                    f"device with .to() first (anydevice never copies between devices implicitly)"
+                )
+    else:
+        device = as_device(attrs.get("device"))
+    if op.has_device_attr:
+        attrs["device"] = device
+
+    # dtypes: promote, check the category, cast inputs to the compute dtype
+    in_dtypes = _input_dtypes(op, inputs, tensors)
+    compute, out_dtype = op.dtype_rule(in_dtypes, attrs) if in_dtypes or op.has_device_attr else (None, None)
+    if compute is not None:
+        check_category(op.name, op.dtypes, compute)
+    inputs = _cast_inputs(op, inputs, compute, device)
+    be = device._backend
+    if out_dtype is not None and out_dtype is not compute:
+        be.check_dtype(device.index, out_dtype)
+
+    shapes = [[t.shape for t in x] if isinstance(x, list) else x.shape for x in inputs]
+    if op.canon is not None:
+        attrs = op.canon(shapes, attrs)
+    out_shape = op.shape_rule(shapes, attrs)
+
+    needs_grad = (
+        op.differentiable and _ag.is_grad_enabled() and any(t._node is not None for t in tensors)
+    )
+    through_decomp = needs_grad and op.vjp is None and op.decomposition is not None
+    depth = _depth()
+    t0 = time.perf_counter() if _observers and depth == 0 else None
+    if through_decomp:
+        result = op.decomposition(*inputs, **attrs)
+        path = DECOMPOSED
+    elif needs_grad:
+        with _ag.no_grad():
+            result, path = _execute(op, inputs, attrs, device, compute, out_shape, out_dtype)
+    else:
+        result, path = _execute(op, inputs, attrs, device, compute, out_shape, out_dtype)
+    if not isinstance(result, Tensor):
+        result = _wrap(result, out_shape, out_dtype, device)
+    if needs_grad and not through_decomp:
+        _record(op, inputs, attrs, result)
+    if t0 is not None:
+        dt = time.perf_counter() - t0
+        for obs in list(_observers):
+            obs(op, device, path, dt, inputs, result)
+    return result
+
+
+def _input_dtypes(op, inputs, tensors):
+    if not inputs:
+        return []
+    if not tensors:
+        raise TypeError(f"{op.name}() needs at least one Tensor input, got only Python scalars")
+    ref = tensors[0].dtype
+    out = []
+    for x in _flat(inputs):
+        if isinstance(x, (bool, int, float, complex)) and not hasattr(x, "_buf"):
+            if not _dt.scalar_dtype_ok(x, ref):
+                raise TypeError(
+                    f"{op.name}(): a Python {type(x).__name__} cannot be combined with a {ref.name} tensor "
+                    f"(Array API rules); use a tensor of a matching dtype or astype()"
+                )
+            out.append(ref)
+        else:
+            out.append(x.dtype)
+    return out
+
+
+def _cast_inputs(op, inputs, compute, device):
+    from .tensor import Tensor
+
+    if compute is None:
+        return inputs
+    out = []
+    for x in inputs:
+        if isinstance(x, list):
+            out.append([t if t.dtype is compute else _astype(t, compute) for t in x])
+        elif type(x) is Tensor or isinstance(x, Tensor):
+            out.append(x if x.dtype is compute else _astype(x, compute))
+        else:
+            out.append(_scalar_tensor(x, compute, device))
+    return out
+
+
+def _astype(t, d):
+    from .ops.registry import get_op
+
+    return apply(get_op("astype"), [t], {"dtype": d, "copy": True})
+
+
+def _scalar_tensor(value, d, device):
+    from .tensor import _wrap
+
+    be = device._backend
+    return _wrap(be.from_host(device.index, _dt_np_scalar(value, d), d), (), d, device)
+
+
+def _dt_np_scalar(value, d):
+    import numpy as np
+
+    try:
+        return np.asarray(value, dtype=d.numpy)
+    except OverflowError:
+        raise OverflowError(f"Python scalar {value!r} does not fit in {d.name}") from None
+
+
+# --- choosing and running a path ---------------------------------------------------------------
+def _execute(op, inputs, attrs, device, compute, out_shape, out_dtype):
+    key = (device, compute)
+    plan = op.plans.get(key)
+    if plan is None:
+        plan = _plan(op, device, compute)
+        op.plans[key] = plan
+    path, kernel = plan
+    if path == NATIVE:
+        if op.category == "elementwise" and not kernel.out and all(
+            getattr(x, "dtype", None) is compute for x in inputs
+        ):
+            op.fast[key] = (kernel.fn, out_dtype)
+        return _run_kernel(kernel, device, inputs, attrs, out_shape, out_dtype), NATIVE
+    depth = _depth()
+    if path == DECOMPOSED:
+        if depth > 0:
+            return op.decomposition(*inputs, **attrs), DECOMPOSED
+        _tls.depth = 1
+        try:
+            return op.decomposition(*inputs, **attrs), DECOMPOSED
+        except _NeedsFallback:
+            op.plans[key] = (FALLBACK, None)
+        finally:
+            _tls.depth = 0
+    elif depth > 0:
+        raise _NeedsFallback(op.name)
+    return _fallback(op, inputs, attrs, device), FALLBACK
+
+
+def _plan(op, device, compute):
+    k = device._backend.kernels.lookup(op.name, compute)
+    if k is not None:
+        return (NATIVE, k)
+    if op.decomposition is not None:
+        return (DECOMPOSED, None)
+    return (FALLBACK, None)
+
+
+def _run_kernel(kernel, device, inputs, attrs, out_shape, out_dtype):
+    bufs = [[t._buf for t in x] if isinstance(x, list) else x._buf for x in inputs]
+    kw = {k: v for k, v in attrs.items() if k != "device"} if attrs else attrs
+    ctx = device._ctx
+    if kernel.out:
+        out = device._backend.empty(device.index, out_shape, out_dtype)
+        kernel.fn(ctx, out, *bufs, **kw)
+        return out
+    return kernel.fn(ctx, *bufs, **kw)
+
+
+def _fallback(op, inputs, attrs, device):
+    from .devices import as_device
+
+    cpu = as_device("cpu")
+    if device is cpu:
+        raise NotImplementedError(
+            f"op {op.name!r} has no kernel on cpu and no decomposition; the cpu backend must implement every primitive"
+        )
+    mode = _mode[0]
+    _counts[(op.name, str(device))] += 1
+    if mode == "error":
+        raise FallbackError(
+            f"{op.name} has no kernel on {device} (plugin {device._backend.record.distribution or device._backend.record.name}) "
+            f"and would fall back to the CPU; set ANYDEVICE_FALLBACK=warn to allow it"
+        )
+    if mode == "warn" and (op.name, device.type) not in _warned:
+        _warned.add((op.name, device.type))
+        warnings.warn(
+            f"{op.name} is not implemented natively on {device.type}; running it on the CPU (inputs copied to the "
+            f"host and back). Set ANYDEVICE_FALLBACK=silent to hide this, or =error to forbid it.",
+            FallbackWarning, stacklevel=4,
+        )
+    host_in = [[t.to(cpu) for t in x] if isinstance(x, list) else x.to(cpu) for x in inputs]
+    host_attrs = dict(attrs)
+    if op.has_device_attr:
+        host_attrs["device"] = cpu
+    saved = _depth()
+    _tls.depth = 0
+    try:
+        with _ag.no_grad():
+            res = apply(op, host_in, host_attrs)
+    finally:
+        _tls.depth = saved
+    return res.to(device)
+
+
+def _record(op, inputs, attrs, result):
+    from .tensor import Tensor, _detached
+
+    flat = list(_flat(inputs))
+    node = _ag.Node(
+        op, {k: v for k, v in attrs.items() if k != "device"}, tuple(_detached(x) for x in flat),
+        _detached(result), tuple(x._node if isinstance(x, Tensor) else None for x in flat),
+        tuple(x.dtype for x in flat),
+    )
+    result._node = node

@@ -1,0 +1,229 @@
+"""Indexing: ``getitem`` and ``setitem`` (basic indexing) and ``take`` (primitives).
+
+A basic index is canonicalized to one entry per input axis plus inserted axes:
+``("s", start, step, length)`` for a slice, ``("i", k)`` for an integer (the axis is
+dropped), ``("n",)`` for ``None`` (a new axis of size 1). Kernels receive that tuple as
+the ``key`` attribute; :func:`to_numpy_key` turns it into a numpy index.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes as _dt
+from .registry import define, normalize_axis
+
+
+def F():
+    from .. import api
+
+    return api
+
+
+def _is_canonical(key) -> bool:
+    return isinstance(key, tuple) and all(
+        isinstance(e, tuple) and e and e[0] in ("s", "i", "n") for e in key
+    ) and (len(key) > 0)
+
+
+def canonical_key(key, shape) -> tuple:
+    if _is_canonical(key) and sum(1 for e in key if e[0] != "n") == len(shape):
+        return key
+    if not isinstance(key, tuple):
+        key = (key,)
+    n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
+    if sum(1 for k in key if k is Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if n_real > len(shape):
+        raise IndexError(f"too many indices: {n_real} for a tensor of {len(shape)} dimension(s)")
+    out, axis = [], 0
+    for k in key:
+        if k is Ellipsis:
+            for _ in range(len(shape) - n_real):
+                out.append(("s", 0, 1, shape[axis]))
+                axis += 1
+        elif k is None:
+            out.append(("n",))
+        elif isinstance(k, slice):
+            start, stop, step = k.indices(shape[axis])
+            out.append(("s", start, step, len(range(start, stop, step))))
+            axis += 1
+        elif isinstance(k, (int, np.integer)) and not isinstance(k, bool) or _is_int_scalar_tensor(k):
+            i = int(k)
+            if not -shape[axis] <= i < shape[axis]:
+                raise IndexError(f"index {i} is out of bounds for axis {axis} with size {shape[axis]}")
+            out.append(("i", i % shape[axis]))
+            axis += 1
+        else:
+            raise IndexError(
+                f"unsupported index {k!r} ({type(k).__name__}): use integers, slices, None, '...', "
+                f"or a 1-D integer tensor alone (gather along axis 0 with take())"
+            )
+    while axis < len(shape):
+        out.append(("s", 0, 1, shape[axis]))
+        axis += 1
+    return tuple(out)
+
+
+def _is_int_scalar_tensor(k):
+    from ..tensor import Tensor
+
+    return isinstance(k, Tensor) and k.ndim == 0 and k.dtype.kind in ("int", "uint")
+
+
+def to_numpy_key(key) -> tuple:
+    out = []
+    for e in key:
+        if e[0] == "s":
+            _, start, step, n = e
+            stop = start + step * n
+            out.append(slice(start, stop if stop >= 0 else None, step))
+        elif e[0] == "i":
+            out.append(e[1])
+        else:
+            out.append(None)
+    return tuple(out)
+
+
+def key_shape(key) -> tuple:
+    return tuple(1 if e[0] == "n" else e[3] for e in key if e[0] != "i")
+
+
+def _same(ds, attrs):
+    return ds[0], ds[0]
+
+
+_same.category = "all"
+
+
+def _getitem_ref(x, key):
+    return np.array(x[to_numpy_key(key)])
+
+
+def _vjp_getitem(g, i, o, key):
+    f = F()
+    z = f.zeros_like(i[0])
+    return (f.setitem(z, g, key=key),)
+
+
+def _canon_key(shapes, attrs):
+    return {"key": canonical_key(attrs["key"], shapes[0])}
+
+
+define("getitem", inputs=("x",), attrs={"key": ()}, dtype_rule=_same, canon=_canon_key, shape_rule=lambda s, a: key_shape(a["key"]),
+       reference=_getitem_ref, vjp=_vjp_getitem, category="indexing",
+       doc="basic indexing x[key] with a canonical key (see module docstring)")
+
+
+def _setitem_rule(ds, attrs):
+    x, v = ds
+    if _dt._PROMO.get((x, v)) is not x:
+        raise TypeError(f"cannot assign a {v.name} value into a {x.name} tensor without changing its dtype")
+    return x, x
+
+
+_setitem_rule.category = "all"
+
+
+def _setitem_shape(shapes, attrs):
+    x, v = shapes
+    target = key_shape(attrs["key"])
+    from .registry import broadcast_shapes
+
+    if len(v) > len(target) or broadcast_shapes(v, target, opname="setitem") != target:
+        raise ValueError(f"setitem: value of shape {v} cannot be broadcast to the indexed shape {target}")
+    return x
+
+
+def _setitem_ref(x, value, key):
+    y = np.array(x, copy=True)
+    y[to_numpy_key(key)] = value
+    return y
+
+
+def _vjp_setitem(g, i, o, key):
+    f = F()
+    from .elementwise import unbroadcast
+
+    gx = f.setitem(g, f.zeros_like(g[to_numpy_key(key)]), key=key)
+    gv = unbroadcast(f.getitem(g, key=key), i[1].shape)
+    return gx, gv
+
+
+define("setitem", inputs=("x", "value"), attrs={"key": ()}, dtype_rule=_setitem_rule, canon=_canon_key, shape_rule=_setitem_shape,
+       reference=_setitem_ref, vjp=_vjp_setitem, category="indexing",
+       doc="a copy of x with x[key] = value (Tensor.__setitem__ rebinds x to it)")
+
+
+# --- take -----------------------------------------------------------------------------------------
+def _take_rule(ds, attrs):
+    if ds[1].kind not in ("int", "uint"):
+        raise TypeError(f"take(): indices must be an integer tensor, not {ds[1].name}")
+    return (ds[0], ds[1]), ds[0]
+
+
+_take_rule.category = "all"
+
+
+def _canon_take(shapes, attrs):
+    x, idx = shapes
+    if len(idx) != 1:
+        raise ValueError(f"take(): indices must be 1-D, got shape {idx}")
+    axis = attrs["axis"]
+    if axis is None:
+        if len(x) != 1:
+            raise ValueError(f"take(): axis is required for a {len(x)}-D tensor")
+        axis = 0
+    return {"axis": normalize_axis(axis, len(x), "take")}
+
+
+def _take_shape(shapes, attrs):
+    x, idx = shapes
+    a = attrs["axis"]
+    return x[:a] + (idx[0],) + x[a + 1:]
+
+
+def _take_ref(x, indices, axis):
+    n = x.shape[axis]
+    if indices.size and (indices.min() < -n or indices.max() >= n):
+        raise IndexError(f"take(): index out of range for axis {axis} with size {n}")
+    return np.take(x, indices, axis=axis)
+
+
+def _vjp_take(g, i, o, axis):
+    f = F()
+    x, idx = i
+    n = x.shape[axis]
+    # one-hot (len(idx) x n) contracted with g along axis: device-agnostic scatter-add
+    onehot = f.astype(f.equal(f.expand_dims(f.remainder(idx, n) if idx.dtype.kind == "int" else idx, axis=1),
+                              f.expand_dims(f.arange(n, dtype=idx.dtype, device=idx.device), axis=0)), g.dtype)
+    perm = tuple(k for k in range(g.ndim) if k != axis) + (axis,)
+    gx = f.matmul(f.permute_dims(g, perm), onehot)
+    inv = [0] * g.ndim
+    for k, p in enumerate(perm):
+        inv[p] = k
+    return f.permute_dims(gx, tuple(inv)), None
+
+
+define("take", inputs=("x", "indices"), attrs={"axis": None}, dtype_rule=_take_rule, canon=_canon_take,
+       shape_rule=_take_shape, reference=_take_ref, vjp=_vjp_take, category="indexing", domain="take",
+       doc="gather along one axis; negative indices count from the end")
+
+
+# --- Tensor.__getitem__ / __setitem__ -------------------------------------------------------------
+def getitem(x, key):
+    from ..tensor import Tensor
+
+    if isinstance(key, Tensor) and key.ndim == 1 and key.dtype.kind in ("int", "uint"):
+        return F().take(x, key, axis=0)
+    if isinstance(key, Tensor) and key.dtype is _dt.bool_:
+        raise IndexError("boolean mask indexing is not supported (data-dependent shape); use where()")
+    return F().getitem(x, key=canonical_key(key, x.shape))
+
+
+def setitem(x, key, value):
+    from ..tensor import Tensor
+
+    k = canonical_key(key, x.shape)
+    if not isinstance(value, Tensor) and type(value) not in (bool, int, float, complex):
+        value = F().asarray(value, dtype=x.dtype, device=x.device)
+    return F().setitem(x, value, key=k)

@@ -1,0 +1,94 @@
+"""Linear algebra: matmul (composite, with a broadcast-multiply-sum decomposition that backends
+override with a native kernel) and vecdot."""
+from __future__ import annotations
+
+import numpy as np
+
+from .registry import broadcast_shapes, define, normalize_axis, same
+
+
+def F():
+    from .. import api
+
+    return api
+
+
+def _mm_shape(shapes, attrs):
+    a, b = shapes
+    if not a or not b:
+        raise ValueError(f"matmul(): 0-d operands are not allowed (shapes {a} and {b})")
+    ka = a[-1]
+    kb = b[0] if len(b) == 1 else b[-2]
+    if ka != kb:
+        raise ValueError(f"matmul(): inner dimensions differ: {a} @ {b} ({ka} != {kb})")
+    batch = broadcast_shapes(a[:-2], b[:-2], opname="matmul") if len(a) > 1 and len(b) > 1 else (a[:-2] if len(b) == 1 else b[:-2])
+    out = tuple(batch)
+    if len(a) > 1:
+        out += (a[-2],)
+    if len(b) > 1:
+        out += (b[-1],)
+    return out
+
+
+def _matmul(a, b):
+    f = F()
+    a2 = f.expand_dims(a, axis=0) if a.ndim == 1 else a
+    b2 = f.expand_dims(b, axis=1) if b.ndim == 1 else b
+    prod = f.expand_dims(a2, axis=-1) * f.expand_dims(b2, axis=-3)  # (..., m, k, n)
+    out = f.sum(prod, axis=-2)
+    if a.ndim == 1:
+        out = f.squeeze(out, axis=-2)
+    if b.ndim == 1:
+        out = f.squeeze(out, axis=-1)
+    return out
+
+
+def _vjp_matmul(g, i, o):
+    from .elementwise import unbroadcast
+
+    f = F()
+    a, b = i
+    a2 = f.expand_dims(a, axis=0) if a.ndim == 1 else a
+    b2 = f.expand_dims(b, axis=1) if b.ndim == 1 else b
+    g2 = g
+    if a.ndim == 1:
+        g2 = f.expand_dims(g2, axis=-2)
+    if b.ndim == 1:
+        g2 = f.expand_dims(g2, axis=-1)
+    ga = f.matmul(g2, f.matrix_transpose(b2))
+    gb = f.matmul(f.matrix_transpose(a2), g2)
+    if a.ndim == 1:
+        ga = f.squeeze(ga, axis=-2)
+    if b.ndim == 1:
+        gb = f.squeeze(gb, axis=-1)
+    return unbroadcast(ga, a.shape), unbroadcast(gb, b.shape)
+
+
+def _flops(shapes, attrs):
+    a, b = shapes
+    out = _mm_shape(shapes, attrs)
+    n = 1
+    for s in out:
+        n *= s
+    return 2.0 * n * a[-1]
+
+
+define("matmul", inputs=("x1", "x2"), dtype_rule=same("numeric"), shape_rule=_mm_shape,
+       reference=lambda a, b: np.matmul(a, b), vjp=_vjp_matmul, decomposition=_matmul, category="linalg",
+       flops=_flops, tolerance={"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2)},
+       doc="matrix product with Array API broadcasting and 1-D promotion")
+
+
+def _vecdot_shape(shapes, attrs):
+    a, b = shapes
+    s = broadcast_shapes(a, b, opname="vecdot")
+    ax = normalize_axis(attrs["axis"], len(s), "vecdot")
+    if a[ax - len(s)] != b[ax - len(s)] if len(a) == len(b) else False:
+        raise ValueError(f"vecdot(): axis {attrs['axis']} has different sizes in {a} and {b}")
+    return s[:ax] + s[ax + 1:]
+
+
+define("vecdot", inputs=("x1", "x2"), attrs={"axis": -1}, dtype_rule=same("real"), shape_rule=_vecdot_shape,
+       reference=lambda a, b, axis=-1: np.sum(np.conj(a) * b, axis=axis),
+       decomposition=lambda a, b, axis=-1: F().sum(a * b, axis=axis), category="linalg",
+       tolerance={"float32": (1e-5, 1e-4)})

@@ -1,0 +1,180 @@
+"""What a small training step needs beyond element-wise ops: softmax, log_softmax, cross_entropy,
+layer_norm, linear. All composites; a backend may register fused kernels for them."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes as _dt
+from .registry import define, normalize_axis, same
+from .statistical import expand_to
+
+
+def F():
+    from .. import api
+
+    return api
+
+
+def _canon_axis(name):
+    return lambda shapes, attrs: {**attrs, "axis": normalize_axis(attrs["axis"], max(len(shapes[0]), 1), name) if shapes[0] else 0}
+
+
+def _softmax(x, axis=-1):
+    f = F()
+    if x.ndim == 0:
+        return f.ones_like(x)
+    e = f.exp(x - f.max(x, axis=axis, keepdims=True))
+    return e / f.sum(e, axis=axis, keepdims=True)
+
+
+def _softmax_ref(x, axis=-1):
+    if x.ndim == 0:
+        return np.ones_like(x)
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def _softmax_vjp(g, i, o, axis=-1):
+    f = F()
+    if o.ndim == 0:
+        return (f.zeros_like(g),)
+    return (o * (g - f.sum(g * o, axis=axis, keepdims=True)),)
+
+
+def _log_softmax(x, axis=-1):
+    f = F()
+    if x.ndim == 0:
+        return f.zeros_like(x)
+    m = f.max(x, axis=axis, keepdims=True)
+    s = x - m
+    return s - f.log(f.sum(f.exp(s), axis=axis, keepdims=True))
+
+
+def _log_softmax_ref(x, axis=-1):
+    if x.ndim == 0:
+        return np.zeros_like(x)
+    m = np.max(x, axis=axis, keepdims=True)
+    return x - m - np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True))
+
+
+def _log_softmax_vjp(g, i, o, axis=-1):
+    f = F()
+    if o.ndim == 0:
+        return (f.zeros_like(g),)
+    return (g - f.exp(o) * f.sum(g, axis=axis, keepdims=True),)
+
+
+_TOL = {"float32": (1e-5, 1e-5)}
+define("softmax", inputs=("x",), attrs={"axis": -1}, dtype_rule=same("real_floating"), canon=_canon_axis("softmax"),
+       shape_rule=lambda s, a: s[0], reference=_softmax_ref, vjp=_softmax_vjp, decomposition=_softmax,
+       category="nn", tolerance=_TOL)
+define("log_softmax", inputs=("x",), attrs={"axis": -1}, dtype_rule=same("real_floating"),
+       canon=_canon_axis("log_softmax"), shape_rule=lambda s, a: s[0], reference=_log_softmax_ref,
+       vjp=_log_softmax_vjp, decomposition=_log_softmax, category="nn", tolerance=_TOL)
+
+
+# --- cross_entropy --------------------------------------------------------------------------------
+def _ce_rule(ds, attrs):
+    if ds[1].kind not in ("int", "uint"):
+        raise TypeError(f"cross_entropy(): labels must be integer class indices, not {ds[1].name}")
+    return (ds[0], ds[1]), ds[0]
+
+
+_ce_rule.category = "real_floating"
+
+
+def _ce_shape(shapes, attrs):
+    logits, labels = shapes
+    if len(logits) < 1 or tuple(logits[:-1]) != tuple(labels):
+        raise ValueError(
+            f"cross_entropy(): logits of shape {logits} need labels of shape {tuple(logits[:-1])}, got {labels}"
+        )
+    red = attrs["reduction"]
+    if red not in ("mean", "sum", "none"):
+        raise ValueError(f"cross_entropy(): reduction must be 'mean', 'sum' or 'none', not {red!r}")
+    return tuple(labels) if red == "none" else ()
+
+
+def _onehot(labels, n, dtype):
+    f = F()
+    classes = f.arange(n, dtype=labels.dtype, device=labels.device)
+    return f.astype(f.equal(f.expand_dims(labels, axis=-1), classes), dtype)
+
+
+def _cross_entropy(logits, labels, reduction="mean"):
+    f = F()
+    nll = -f.sum(f.log_softmax(logits, axis=-1) * _onehot(labels, logits.shape[-1], logits.dtype), axis=-1)
+    if reduction == "none":
+        return nll
+    return f.sum(nll) if reduction == "sum" else f.mean(nll)
+
+
+def _ce_ref(logits, labels, reduction="mean"):
+    n = logits.shape[-1]
+    if labels.size and (labels.min() < 0 or labels.max() >= n):
+        raise IndexError(f"cross_entropy(): labels must be in [0, {n})")
+    lsm = _log_softmax_ref(logits, -1)
+    nll = -np.take_along_axis(lsm, labels[..., None].astype(np.int64), axis=-1)[..., 0]
+    return nll if reduction == "none" else (nll.sum() if reduction == "sum" else nll.mean())
+
+
+def _ce_vjp(g, i, o, reduction="mean"):
+    f = F()
+    logits, labels = i
+    p = f.softmax(logits, axis=-1) - _onehot(labels, logits.shape[-1], logits.dtype)
+    if reduction == "none":
+        return p * f.expand_dims(g, axis=-1), None
+    scale = g if reduction == "sum" else g / float(max(labels.size, 1))
+    return p * scale, None
+
+
+define("cross_entropy", inputs=("logits", "labels"), attrs={"reduction": "mean"}, dtype_rule=_ce_rule,
+       shape_rule=_ce_shape, reference=_ce_ref, vjp=_ce_vjp, decomposition=_cross_entropy, category="nn",
+       domain="labels", tolerance=_TOL,
+       doc="softmax cross entropy of logits (..., C) against integer labels (...)")
+
+
+# --- layer_norm / linear ----------------------------------------------------------------------------
+def _ln_shape(shapes, attrs):
+    x, w, b = shapes
+    k = len(w)
+    if w != b or tuple(x[len(x) - k:]) != tuple(w) or k == 0:
+        raise ValueError(f"layer_norm(): weight {w} and bias {b} must equal the trailing dimensions of x {x}")
+    return x
+
+
+def _ln_axes(x, w):
+    return tuple(range(x.ndim - w.ndim, x.ndim))
+
+
+def _layer_norm(x, weight, bias, eps=1e-5):
+    f = F()
+    axes = _ln_axes(x, weight)
+    m = f.mean(x, axis=axes, keepdims=True)
+    d = x - m
+    v = f.mean(d * d, axis=axes, keepdims=True)
+    return d / f.sqrt(v + eps) * weight + bias
+
+
+def _ln_ref(x, weight, bias, eps=1e-5):
+    axes = tuple(range(x.ndim - weight.ndim, x.ndim))
+    m = x.mean(axis=axes, keepdims=True)
+    v = ((x - m) ** 2).mean(axis=axes, keepdims=True)
+    return (x - m) / np.sqrt(v + eps) * weight + bias
+
+
+define("layer_norm", inputs=("x", "weight", "bias"), attrs={"eps": 1e-5}, dtype_rule=same("real_floating"),
+       shape_rule=_ln_shape, reference=_ln_ref, decomposition=_layer_norm, category="nn",
+       tolerance={"float32": (1e-4, 1e-4)}, doc="normalize over the trailing weight.ndim dimensions")
+
+
+def _lin_shape(shapes, attrs):
+    x, w, b = shapes
+    if len(w) != 2 or not x or x[-1] != w[1] or tuple(b) not in ((w[0],), ()):
+        raise ValueError(f"linear(): x {x}, weight {w} (out, in) and bias {b} (out,) do not fit")
+    return tuple(x[:-1]) + (w[0],)
+
+
+define("linear", inputs=("x", "weight", "bias"), dtype_rule=same("real_floating"), shape_rule=_lin_shape,
+       reference=lambda x, w, b: x @ w.T + b, decomposition=lambda x, w, b: F().matmul(x, F().matrix_transpose(w)) + b,
+       category="nn", tolerance={"float32": (1e-4, 1e-4)}, doc="x @ weight.T + bias, weight of shape (out, in)")

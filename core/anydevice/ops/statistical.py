@@ -1,0 +1,263 @@
+"""Reductions: sum, prod, max, min, argmax, argmin (primitives) and mean, var, std, all, any, logsumexp."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes as _dt
+from .registry import define, normalize_axes, normalize_axis
+
+
+def F():
+    from .. import api
+
+    return api
+
+
+def _canon_axes(name, empty_ok=True):
+    def canon(shapes, attrs):
+        shape = shapes[0]
+        attrs = dict(attrs)
+        attrs["axis"] = normalize_axes(attrs["axis"], len(shape), name)
+        if not empty_ok and any(shape[a] == 0 for a in attrs["axis"]) or (not empty_ok and not attrs["axis"] and 0 in shape):
+            raise ValueError(f"{name}() of an empty array has no identity; reduce over non-empty axes only")
+        return attrs
+
+    return canon
+
+
+def reduced_shape(shape, axes, keepdims):
+    if keepdims:
+        return tuple(1 if i in axes else s for i, s in enumerate(shape))
+    return tuple(s for i, s in enumerate(shape) if i not in axes)
+
+
+def _rshape(shapes, attrs):
+    return reduced_shape(shapes[0], attrs["axis"], attrs["keepdims"])
+
+
+_ACC = {_dt.bool_: _dt.int64, _dt.int8: _dt.int64, _dt.int16: _dt.int64, _dt.int32: _dt.int64,
+        _dt.uint8: _dt.uint64, _dt.uint16: _dt.uint64, _dt.uint32: _dt.uint64}
+
+
+def _acc_rule(cat):
+    def rule(ds, attrs):
+        d = attrs.get("dtype")
+        d = _dt.dtype(d) if d is not None else _ACC.get(ds[0], ds[0])
+        return d, d
+
+    rule.category = cat
+    return rule
+
+
+def _same_rule(cat):
+    def rule(ds, attrs):
+        return ds[0], ds[0]
+
+    rule.category = cat
+    return rule
+
+
+def expand_to(g, x, axes, keepdims):
+    """Broadcast a reduced gradient back to ``x``'s shape."""
+    f = F()
+    if not keepdims:
+        g = f.reshape(g, reduced_shape(x.shape, axes, True))
+    return f.broadcast_to(g, x.shape)
+
+
+def _vjp_sum(g, i, o, axis, keepdims, dtype=None):
+    return (expand_to(g, i[0], axis, keepdims),)
+
+
+def _vjp_prod(g, i, o, axis, keepdims, dtype=None):
+    x = i[0]
+    return (expand_to(g, x, axis, keepdims) * expand_to(o, x, axis, keepdims) / x,)
+
+
+def _vjp_extreme(g, i, o, axis, keepdims):
+    f, x = F(), i[0]
+    mask = f.astype(f.equal(x, expand_to(o, x, axis, keepdims)), g.dtype)
+    count = f.sum(mask, axis=axis, keepdims=True)
+    return (expand_to(g, x, axis, keepdims) * mask / f.broadcast_to(count, x.shape),)
+
+
+def _ref_reduce(fn):
+    def ref(x, axis, keepdims, dtype=None):
+        return fn(x, axis=axis, keepdims=keepdims)
+
+    return ref
+
+
+def _flops(shapes, attrs):
+    n = 1
+    for s in shapes[0]:
+        n *= s
+    return n
+
+
+_AX = {"axis": None, "keepdims": False}
+define("sum", inputs=("x",), attrs={**_AX, "dtype": None}, dtype_rule=_acc_rule("all"),
+       shape_rule=_rshape, reference=_ref_reduce(np.sum), vjp=_vjp_sum, canon=_canon_axes("sum"),
+       category="reduction", flops=_flops, tolerance={"float32": (1e-5, 1e-4)}, dtypes="all",
+       doc="sum over axes; integers accumulate in int64/uint64")
+define("prod", inputs=("x",), attrs={**_AX, "dtype": None}, dtype_rule=_acc_rule("numeric"), shape_rule=_rshape,
+       reference=_ref_reduce(np.prod), vjp=_vjp_prod, canon=_canon_axes("prod"), category="reduction",
+       flops=_flops, domain="prod", tolerance={"float32": (1e-4, 1e-4)}, dtypes="numeric")
+define("max", inputs=("x",), attrs=dict(_AX), dtype_rule=_same_rule("real"), shape_rule=_rshape,
+       reference=_ref_reduce(np.max), vjp=_vjp_extreme, canon=_canon_axes("max", empty_ok=False),
+       category="reduction", flops=_flops)
+define("min", inputs=("x",), attrs=dict(_AX), dtype_rule=_same_rule("real"), shape_rule=_rshape,
+       reference=_ref_reduce(np.min), vjp=_vjp_extreme, canon=_canon_axes("min", empty_ok=False),
+       category="reduction", flops=_flops)
+
+
+def _canon_arg(name):
+    def canon(shapes, attrs):
+        shape = shapes[0]
+        attrs = dict(attrs)
+        if attrs["axis"] is not None:
+            attrs["axis"] = normalize_axis(attrs["axis"], len(shape), name)
+            if shape and shape[attrs["axis"]] == 0:
+                raise ValueError(f"{name}() of an empty axis is undefined")
+        elif 0 in shape:
+            raise ValueError(f"{name}() of an empty array is undefined")
+        return attrs
+
+    return canon
+
+
+def _argshape(shapes, attrs):
+    shape, axis = shapes[0], attrs["axis"]
+    if axis is None:
+        return (1,) * len(shape) if attrs["keepdims"] else ()
+    return reduced_shape(shape, (axis,), attrs["keepdims"])
+
+
+def _argref(fn):
+    def ref(x, axis, keepdims):
+        r = fn(x, axis=axis, keepdims=keepdims) if axis is not None else fn(x.reshape(-1))
+        if axis is None and keepdims:
+            r = np.reshape(r, (1,) * x.ndim)
+        return np.asarray(r, dtype=np.int64)
+
+    return ref
+
+
+def _index_rule(ds, attrs):
+    return ds[0], _dt.int64
+
+
+_index_rule.category = "real"
+define("argmax", inputs=("x",), attrs=dict(_AX), dtype_rule=_index_rule, shape_rule=_argshape,
+       reference=_argref(np.argmax), canon=_canon_arg("argmax"), category="reduction", differentiable=False,
+       doc="index of the first maximum (flattened when axis is None)")
+define("argmin", inputs=("x",), attrs=dict(_AX), dtype_rule=_index_rule, shape_rule=_argshape,
+       reference=_argref(np.argmin), canon=_canon_arg("argmin"), category="reduction", differentiable=False)
+
+
+# --- composites -----------------------------------------------------------------------------------
+def _count(shape, axes):
+    n = 1
+    for a in axes:
+        n *= shape[a]
+    return n
+
+
+def _mean(x, axis, keepdims):
+    return F().sum(x, axis=axis, keepdims=keepdims) / float(_count(x.shape, axis))
+
+
+def _vjp_mean(g, i, o, axis, keepdims):
+    return (expand_to(g, i[0], axis, keepdims) / float(max(_count(i[0].shape, axis), 1)),)
+
+
+_float_rule = _same_rule("floating")
+define("mean", inputs=("x",), attrs=dict(_AX), dtype_rule=_float_rule, shape_rule=_rshape,
+       reference=_ref_reduce(np.mean), vjp=_vjp_mean, decomposition=_mean, canon=_canon_axes("mean"),
+       category="reduction", flops=_flops, tolerance={"float32": (1e-5, 1e-4)})
+
+
+def _var(x, axis, keepdims, correction=0.0):
+    f = F()
+    n = _count(x.shape, axis)
+    m = f.mean(x, axis=axis, keepdims=True)
+    d = x - m
+    if x.dtype.kind == "complex":
+        sq = f.real(d * f.conj(d)) if hasattr(f, "conj") else d * d
+    else:
+        sq = d * d
+    return f.sum(sq, axis=axis, keepdims=keepdims) / float(max(n - correction, 0))
+
+
+def _var_vjp(g, i, o, axis, keepdims, correction=0.0):
+    f, x = F(), i[0]
+    n = _count(x.shape, axis)
+    d = x - f.mean(x, axis=axis, keepdims=True)
+    return (expand_to(g, x, axis, keepdims) * d * (2.0 / max(n - correction, 1e-300)),)
+
+
+def _var_ref(x, axis, keepdims, correction=0.0):
+    return np.var(x, axis=axis, keepdims=keepdims, ddof=correction)
+
+
+def _std_ref(x, axis, keepdims, correction=0.0):
+    return np.std(x, axis=axis, keepdims=keepdims, ddof=correction)
+
+
+def _std_vjp(g, i, o, axis, keepdims, correction=0.0):
+    (dv,) = _var_vjp(g, i, o, axis, keepdims, correction)
+    return (dv / (expand_to(o, i[0], axis, keepdims) * 2.0),)
+
+
+_CORR = {**_AX, "correction": 0.0}
+define("var", inputs=("x",), attrs=dict(_CORR), dtype_rule=_same_rule("real_floating"), shape_rule=_rshape,
+       reference=_var_ref, vjp=_var_vjp, decomposition=_var, canon=_canon_axes("var"), category="reduction",
+       flops=_flops, tolerance={"float32": (1e-4, 1e-4)})
+define("std", inputs=("x",), attrs=dict(_CORR), dtype_rule=_same_rule("real_floating"), shape_rule=_rshape,
+       reference=_std_ref, vjp=_std_vjp, decomposition=lambda x, axis, keepdims, correction=0.0: F().sqrt(F().var(x, axis=axis, keepdims=keepdims, correction=correction)),
+       canon=_canon_axes("std"), category="reduction", flops=_flops, tolerance={"float32": (1e-4, 1e-4)})
+
+
+def _bool_rule(ds, attrs):
+    return ds[0], _dt.bool_
+
+
+_bool_rule.category = "all"
+
+
+def _nonzero_count(x, axis, keepdims):
+    f = F()
+    nz = f.not_equal(x, f.zeros_like(x)) if x.dtype is not _dt.bool_ else x
+    return f.sum(f.astype(nz, _dt.int64), axis=axis, keepdims=keepdims)
+
+
+define("any", inputs=("x",), attrs=dict(_AX), dtype_rule=_bool_rule, shape_rule=_rshape,
+       reference=_ref_reduce(np.any), canon=_canon_axes("any"), category="reduction", differentiable=False,
+       decomposition=lambda x, axis, keepdims: F().greater(_nonzero_count(x, axis, keepdims), 0))
+define("all", inputs=("x",), attrs=dict(_AX), dtype_rule=_bool_rule, shape_rule=_rshape,
+       reference=_ref_reduce(np.all), canon=_canon_axes("all"), category="reduction", differentiable=False,
+       decomposition=lambda x, axis, keepdims: F().equal(_nonzero_count(x, axis, keepdims), _count(x.shape, axis)))
+
+
+def _logsumexp(x, axis, keepdims):
+    f = F()
+    m = f.max(x, axis=axis, keepdims=True)
+    m = f.where(f.isinf(m), f.zeros_like(m), m)
+    s = f.log(f.sum(f.exp(x - m), axis=axis, keepdims=True)) + m
+    return s if keepdims else f.reshape(s, reduced_shape(x.shape, axis, False))
+
+
+def _lse_ref(x, axis, keepdims):
+    m = np.max(x, axis=axis, keepdims=True)
+    r = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
+    return r if keepdims else np.squeeze(r, axis=axis)
+
+
+def _lse_vjp(g, i, o, axis, keepdims):
+    f, x = F(), i[0]
+    return (expand_to(g, x, axis, keepdims) * f.exp(x - expand_to(o, x, axis, keepdims)),)
+
+
+define("logsumexp", inputs=("x",), attrs=dict(_AX), dtype_rule=_same_rule("real_floating"), shape_rule=_rshape,
+       reference=_lse_ref, vjp=_lse_vjp, decomposition=_logsumexp, canon=_canon_axes("logsumexp", empty_ok=False),
+       category="reduction", flops=_flops)

@@ -1,0 +1,12 @@
+"""Plugin contract: pluggy hook specifications and entry-point discovery.
+
+A backend is a module named by an entry point in group ``anydevice.backends``; the
+entry point's *name* is the device type it provides (one entry point per type, several
+may name the same module). Mark hook implementations with :data:`hookimpl`.
+"""
+import pluggy
+
+hookspec = pluggy.HookspecMarker("anydevice")
+hookimpl = pluggy.HookimplMarker("anydevice")
+
+__all__ = ["hookspec", "hookimpl"]
