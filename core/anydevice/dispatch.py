@@ -164,8 +164,12 @@ def apply(op, inputs, attrs):
     in_dtypes = _input_dtypes(op, inputs, tensors)
     compute, out_dtype = op.dtype_rule(in_dtypes, attrs) if in_dtypes or op.has_device_attr else (None, None)
     if compute is not None:
-        check_category(op.name, op.dtypes, compute)
+        check_category(op.name, op.dtypes, compute if type(compute) is not tuple else compute[0])
     inputs = _cast_inputs(op, inputs, compute, device)
+    if type(compute) is tuple:
+        compute = compute[0]
+    if op.has_device_attr and "dtype" in attrs:
+        attrs["dtype"] = out_dtype
     be = device._backend
     if out_dtype is not None and out_dtype is not compute:
         be.check_dtype(device.index, out_dtype)
@@ -206,6 +210,8 @@ def _input_dtypes(op, inputs, tensors):
     if not tensors:
         raise TypeError(f"{op.name}() needs at least one Tensor input, got only Python scalars")
     ref = tensors[0].dtype
+    if ref is _dt.bool_:
+        ref = next((t.dtype for t in tensors if t.dtype is not _dt.bool_), ref)
     out = []
     for x in _flat(inputs):
         if isinstance(x, (bool, int, float, complex)) and not hasattr(x, "_buf"):
@@ -225,14 +231,15 @@ def _cast_inputs(op, inputs, compute, device):
 
     if compute is None:
         return inputs
+    per = compute if type(compute) is tuple else (compute,) * len(inputs)
     out = []
-    for x in inputs:
+    for x, c in zip(inputs, per):
         if isinstance(x, list):
-            out.append([t if t.dtype is compute else _astype(t, compute) for t in x])
+            out.append([t if t.dtype is c else _astype(t, c) for t in x])
         elif type(x) is Tensor or isinstance(x, Tensor):
-            out.append(x if x.dtype is compute else _astype(x, compute))
+            out.append(x if x.dtype is c else _astype(x, c))
         else:
-            out.append(_scalar_tensor(x, compute, device))
+            out.append(_scalar_tensor(x, c, device))
     return out
 
 
