@@ -76,6 +76,17 @@ def remove_observer(fn) -> None:
     _observers.remove(fn)
 
 
+def _user_stacklevel() -> int:
+    """Stack level of the first frame outside the anydevice package (where the user called)."""
+    import sys
+
+    pkg = os.path.dirname(__file__)
+    f, level = sys._getframe(1), 2
+    while f is not None and f.f_code.co_filename.startswith(pkg):
+        f, level = f.f_back, level + 1
+    return level
+
+
 def _depth() -> int:
     return getattr(_tls, "depth", 0)
 
@@ -335,7 +346,7 @@ def _fallback(op, inputs, attrs, device):
         warnings.warn(
             f"{op.name} is not implemented natively on {device.type}; running it on the CPU (inputs copied to the "
             f"host and back). Set ANYDEVICE_FALLBACK=silent to hide this, or =error to forbid it.",
-            FallbackWarning, stacklevel=4,
+            FallbackWarning, stacklevel=_user_stacklevel(),
         )
     host_in = [[t.to(cpu) for t in x] if isinstance(x, list) else x.to(cpu) for x in inputs]
     host_attrs = dict(attrs)

@@ -1,0 +1,98 @@
+"""In-process fake backends for tests: a runtime over host memory, registered without packaging."""
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from anydevice import _backend
+from anydevice.backend import API_VERSION, DeviceTypeSpec, Runtime
+from anydevice.plugins import hookimpl
+from anydevice.plugins.manager import manager
+
+
+class HostRuntime(Runtime):
+    """Device memory simulated by numpy byte arrays; optional capacity per device."""
+
+    def __init__(self, count=2, capacity=None, dtypes=None):
+        self.count, self.capacity, self._dtypes = count, capacity, dtypes
+        self.mem, self.used, self._next = {}, [0] * count, 1
+        self.mallocs = self.frees = 0
+
+    def device_count(self):
+        return self.count
+
+    def malloc(self, index, nbytes):
+        if self.capacity is not None and self.used[index] + nbytes > self.capacity:
+            raise MemoryError(f"fake device {index} is full")
+        h = self._next
+        self._next += 1
+        self.mem[h] = np.zeros(nbytes, np.uint8)
+        self.used[index] += nbytes
+        self.mallocs += 1
+        return h
+
+    def free(self, index, handle):
+        self.used[index] -= self.mem.pop(handle).nbytes
+        self.frees += 1
+
+    def copy_h2d(self, index, dst, offset, src):
+        b = np.ascontiguousarray(src).reshape(-1).view(np.uint8)
+        self.mem[dst][offset:offset + b.nbytes] = b
+
+    def copy_d2h(self, index, dst, src, offset):
+        b = dst.reshape(-1).view(np.uint8)
+        b[:] = self.mem[src][offset:offset + b.nbytes]
+
+    def synchronize(self, index):
+        pass
+
+    def memory_info(self, index):
+        cap = self.capacity
+        return (None if cap is None else cap - self.used[index], cap)
+
+    if True:  # dtypes() only when restricted, to exercise the "all dtypes" default otherwise
+        def dtypes(self, index):
+            from anydevice import dtypes as d
+
+            return self._dtypes if self._dtypes is not None else d.ALL_DTYPES
+
+
+class FakePlugin:
+    """A plugin object with the required hooks; ``kernels`` maps op name -> (fn, out)."""
+
+    def __init__(self, types=("fake",), runtime=None, kernels=None, api_version=API_VERSION, aliases=()):
+        self.types, self.runtime, self.kernels = types, runtime, kernels or {}
+        self.api_version, self.aliases = api_version, aliases
+
+    @hookimpl
+    def anydevice_api_version(self):
+        return self.api_version
+
+    @hookimpl
+    def anydevice_device_types(self):
+        return [DeviceTypeSpec(t, aliases=self.aliases) for t in self.types]
+
+    @hookimpl
+    def anydevice_create_runtime(self, device_type):
+        return self.runtime if self.runtime is not None else HostRuntime()
+
+    @hookimpl
+    def anydevice_register_kernels(self, device_type, runtime, kernels):
+        for name, (fn, out) in self.kernels.items():
+            kernels.register(name, fn, out=out)
+
+
+@contextlib.contextmanager
+def installed(plugin, name="fake-plugin", types=None):
+    """Register ``plugin`` in-process for the duration of the block."""
+    from anydevice import devices
+
+    rec = manager.register(plugin, name=name, types=list(types) if types is not None else None)
+    try:
+        yield rec
+    finally:
+        manager.unregister(rec)
+        for t in rec.types:
+            _backend.forget(t)
+        devices._reset_cache()
