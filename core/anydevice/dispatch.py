@@ -81,7 +81,7 @@ def _user_stacklevel() -> int:
     import sys
 
     pkg = os.path.dirname(__file__)
-    f, level = sys._getframe(1), 2
+    f, level = sys._getframe(1), 1
     while f is not None and f.f_code.co_filename.startswith(pkg):
         f, level = f.f_back, level + 1
     return level
@@ -195,7 +195,7 @@ def apply(op, inputs, attrs):
     )
     through_decomp = needs_grad and op.vjp is None and op.decomposition is not None
     depth = _depth()
-    t0 = time.perf_counter() if _observers and depth == 0 else None
+    t0 = time.perf_counter() if _observers and depth == 0 and not getattr(_tls, "quiet", False) else None
     if through_decomp:
         result = op.decomposition(*inputs, **attrs)
         path = DECOMPOSED
@@ -352,13 +352,13 @@ def _fallback(op, inputs, attrs, device):
     host_attrs = dict(attrs)
     if op.has_device_attr:
         host_attrs["device"] = cpu
-    saved = _depth()
-    _tls.depth = 0
+    saved, quiet = _depth(), getattr(_tls, "quiet", False)
+    _tls.depth, _tls.quiet = 0, True
     try:
         with _ag.no_grad():
             res = apply(op, host_in, host_attrs)
     finally:
-        _tls.depth = saved
+        _tls.depth, _tls.quiet = saved, quiet
     return res.to(device)
 
 
