@@ -1,0 +1,177 @@
+"""A minimal layer API: :class:`Module`, :class:`Linear`, :class:`ReLU`, :class:`Sequential`, :class:`MSELoss`.
+
+Enough to write and train small models on any device::
+
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1)).to("npu:0")
+    opt = anydevice.optimizer.Adam(model.parameters(), lr=1e-3)
+    loss = nn.mse_loss(model(x), y)
+    loss.backward(); opt.step(); opt.zero_grad()
+
+Parameters are ordinary tensors with ``requires_grad=True``, held as module attributes.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import api as _api
+from . import dtypes as _dt
+from .tensor import Tensor
+
+__all__ = ["Module", "Linear", "ReLU", "Sequential", "MSELoss", "mse_loss", "parameter"]
+
+
+def parameter(data, dtype=None, device=None) -> Tensor:
+    """A leaf tensor that requires gradients (host data is copied to ``device``)."""
+    t = _api.asarray(data, dtype=dtype, device=device)
+    if isinstance(data, Tensor):
+        t = t.detach()
+    return t.requires_grad_(True)
+
+
+class Module:
+    """Base class of layers. Subclasses set parameters and sub-modules as attributes and
+    implement :meth:`forward`; calling the module calls ``forward``."""
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} does not implement forward()")
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def named_children(self):
+        for name, v in vars(self).items():
+            if isinstance(v, Module):
+                yield name, v
+            elif isinstance(v, (list, tuple)):
+                for i, m in enumerate(v):
+                    if isinstance(m, Module):
+                        yield f"{name}.{i}", m
+
+    def named_parameters(self, prefix: str = ""):
+        """``(dotted name, tensor)`` for every parameter, depth-first in attribute order."""
+        for name, v in vars(self).items():
+            if isinstance(v, Tensor) and v.requires_grad:
+                yield prefix + name, v
+        for name, m in self.named_children():
+            yield from m.named_parameters(f"{prefix}{name}.")
+
+    def parameters(self) -> list:
+        return [p for _, p in self.named_parameters()]
+
+    def to(self, device=None, dtype=None) -> "Module":
+        """Move (and/or cast) every parameter in place of the attribute; returns ``self``."""
+        for name, v in list(vars(self).items()):
+            if isinstance(v, Tensor) and v.requires_grad:
+                setattr(self, name, parameter(v.detach().to(device, dtype)))
+        for _, m in self.named_children():
+            m.to(device, dtype)
+        return self
+
+    def zero_grad(self) -> None:
+        for p in self.parameters():
+            p.clear_grad()
+
+    clear_gradients = zero_grad
+
+    def state_dict(self) -> dict:
+        """``{name: numpy array}`` of every parameter (host copies)."""
+        return {n: p.numpy() for n, p in self.named_parameters()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Set parameters from host arrays of the same shapes, keeping each parameter's device and dtype."""
+        params = dict(self.named_parameters())
+        missing, unexpected = sorted(set(params) - set(state)), sorted(set(state) - set(params))
+        if missing or unexpected:
+            raise KeyError(f"load_state_dict(): missing {missing}, unexpected {unexpected}; expected {sorted(params)}")
+        owners = self._owners()
+        for name, p in params.items():
+            arr = np.asarray(state[name])
+            if tuple(arr.shape) != p.shape:
+                raise ValueError(f"load_state_dict(): {name} has shape {p.shape}, the state has {tuple(arr.shape)}")
+            mod, attr = owners[name]
+            setattr(mod, attr, parameter(arr, dtype=p.dtype, device=p.device))
+
+    def _owners(self, prefix: str = "") -> dict:
+        out = {prefix + n: (self, n) for n, v in vars(self).items() if isinstance(v, Tensor) and v.requires_grad}
+        for name, m in self.named_children():
+            out.update(m._owners(f"{prefix}{name}."))
+        return out
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{n}={m!r}" for n, m in self.named_children())
+        return f"{type(self).__name__}({self.extra_repr()}{', ' if inner and self.extra_repr() else ''}{inner})"
+
+    def extra_repr(self) -> str:
+        return ""
+
+
+class Linear(Module):
+    """``y = x @ weight.T + bias`` with ``weight`` of shape ``(out_features, in_features)``.
+
+    Weights start uniform in ``±1/sqrt(in_features)`` (the usual default), drawn from ``rng``
+    (a ``numpy.random.Generator``; a fresh unseeded one when omitted).
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, dtype=None, device=None, rng=None):
+        for n, v in (("in_features", in_features), ("out_features", out_features)):
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise ValueError(f"Linear(): {n} must be a positive int, got {v!r}")
+        self.in_features, self.out_features = in_features, out_features
+        d = _dt.dtype(dtype) if dtype is not None else _dt.float32
+        if d.kind != "float":
+            raise TypeError(f"Linear(): parameters must be a real floating dtype, not {d.name}")
+        rng = rng if rng is not None else np.random.default_rng()
+        bound = 1.0 / math.sqrt(in_features)
+        self.weight = parameter(rng.uniform(-bound, bound, (out_features, in_features)), dtype=d, device=device)
+        self.bias = parameter(rng.uniform(-bound, bound, (out_features,)), dtype=d, device=device) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.bias is None:
+            return _api.matmul(x, _api.matrix_transpose(self.weight))
+        return _api.linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class ReLU(Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return _api.relu(x)
+
+
+class Sequential(Module):
+    """Applies its modules in order."""
+
+    def __init__(self, *modules: Module):
+        for i, m in enumerate(modules):
+            if not isinstance(m, Module):
+                raise TypeError(f"Sequential(): argument {i} is a {type(m).__name__}, not a Module")
+        self.layers = list(modules)
+
+    def forward(self, x):
+        for m in self.layers:
+            x = m(x)
+        return x
+
+
+def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    """Squared error between ``input`` and ``target``, averaged (``"mean"``), summed or per element (``"none"``)."""
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"mse_loss(): reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
+    if input.shape != target.shape:
+        raise ValueError(f"mse_loss(): input has shape {input.shape}, target {target.shape}; they must match")
+    d = input - target
+    sq = d * d
+    if reduction == "none":
+        return sq
+    return _api.sum(sq) if reduction == "sum" else _api.mean(sq)
+
+
+class MSELoss(Module):
+    def __init__(self, reduction: str = "mean"):
+        self.reduction = reduction
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return mse_loss(input, target, self.reduction)

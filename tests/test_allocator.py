@@ -1,0 +1,96 @@
+import gc
+
+import numpy as np
+import pytest
+
+import anydevice as ad
+from anydevice.allocator import SMALL_SEGMENT, CachingAllocator
+
+from fakes import FakePlugin, HostRuntime, installed
+
+
+def test_small_blocks_split_one_segment_and_are_reused():
+    rt = HostRuntime(count=1)
+    a = CachingAllocator(rt, 0, "fake:0")
+    b1 = a.allocate(1000)
+    b2 = a.allocate(3000)
+    assert rt.mallocs == 1, "both fit in one 2 MiB segment"
+    assert b1.handle == b2.handle and b2.offset >= 1000
+    st = a.stats()
+    assert st["reserved"] == SMALL_SEGMENT and st["allocated"] == 1024 + 3072
+    off2 = b2.offset
+    del b2
+    gc.collect()
+    b3 = a.allocate(2500)
+    assert b3.offset == off2, "best fit reuses the freed chunk"
+    assert rt.mallocs == 1
+
+
+def test_free_chunks_merge_and_empty_cache_returns_segments():
+    rt = HostRuntime(count=1)
+    a = CachingAllocator(rt, 0, "fake:0")
+    blocks = [a.allocate(4096) for _ in range(4)]
+    del blocks
+    gc.collect()
+    assert a.stats()["allocated"] == 0
+    big = a.allocate(16384)
+    assert big.offset == 0, "the four freed neighbours were merged back into one chunk"
+    del big
+    gc.collect()
+    assert a.empty_cache() == SMALL_SEGMENT
+    assert rt.frees == 1 and a.stats()["reserved"] == 0
+
+
+def test_large_allocations_and_peaks():
+    rt = HostRuntime(count=1)
+    a = CachingAllocator(rt, 0, "fake:0")
+    b = a.allocate(3 << 20)
+    assert a.stats()["reserved"] == 4 << 20
+    del b
+    gc.collect()
+    st = a.stats()
+    assert st["allocated"] == 0 and st["max_allocated"] >= 3 << 20
+    a.reset_peak()
+    assert a.stats()["max_allocated"] == 0
+
+
+def test_oom_frees_cache_retries_then_raises_with_figures():
+    rt = HostRuntime(count=1, capacity=8 << 20)
+    a = CachingAllocator(rt, 0, "fake:0")
+    keep = a.allocate(4 << 20)
+    tmp = a.allocate(2 << 20)
+    del tmp
+    gc.collect()
+    # 4 MiB live + 2 MiB cached: a new 4 MiB segment only fits after the cache is emptied
+    again = a.allocate(4 << 20)
+    assert again is not None and rt.frees >= 1
+    with pytest.raises(ad.OutOfMemoryError) as e:
+        a.allocate(6 << 20)
+    msg = str(e.value)
+    assert "Cannot allocate 6.00 MiB on fake:0" in msg and "8.00 MiB allocated" in msg
+    assert "capacity 8.00 MiB" in msg
+    del keep, again
+
+
+def test_device_memory_api_through_a_backend():
+    rt = HostRuntime(count=2, capacity=64 << 20)
+    with installed(FakePlugin(types=("memdev",), runtime=rt)):
+        before = ad.device.memory_allocated("memdev:1")
+        x = ad.asarray(np.zeros((256, 256), np.float32), device="memdev:1")
+        assert ad.device.memory_allocated("memdev:1") - before == 256 * 256 * 4
+        assert ad.device.memory_allocated("memdev:0") == 0
+        del x
+        gc.collect()
+        assert ad.device.memory_allocated("memdev:1") == before
+        assert ad.device.memory_reserved("memdev:1") > 0
+        assert ad.device.empty_cache("memdev:1") > 0
+        assert ad.device.memory_reserved("memdev:1") == 0
+        with pytest.raises(ad.OutOfMemoryError, match="on memdev:0"):
+            ad.zeros(((64 << 20) + 1,), dtype=ad.uint8, device="memdev:0")
+        y = ad.ones((4,), device="memdev:0")  # the device still works after an OOM
+        assert y.tolist() == [1.0] * 4
+
+
+def test_cpu_memory_stats_are_explicitly_unsupported():
+    with pytest.raises(ad.UnsupportedError, match="does not report allocator statistics"):
+        ad.device.memory_allocated("cpu")
