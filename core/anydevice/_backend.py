@@ -200,7 +200,7 @@ class Backend:
 
     def from_host(self, index: int, arr: np.ndarray, dtype):
         self.check_dtype(index, dtype)
-        arr = np.ascontiguousarray(arr, dtype=dtype.numpy)
+        arr = np.asarray(arr, dtype=dtype.numpy, order="C")
         if self.own_storage:
             return self.runtime.from_host(self.phys(index), arr)
         buf = self.empty(index, arr.shape, dtype)
