@@ -22,7 +22,16 @@ import warnings
 from . import autograd as _ag
 from . import dtypes as _dt
 from .errors import FallbackError
-from .ops.registry import check_category
+from .devices import as_device
+from .ops.registry import check_category, get_op
+
+# Bound by tensor.py once Tensor exists (tensor.py imports this module).
+Tensor = _wrap = _detached = None
+
+
+def _late(tensor_cls, wrap, detached) -> None:
+    global Tensor, _wrap, _detached
+    Tensor, _wrap, _detached = tensor_cls, wrap, detached
 
 NATIVE, DECOMPOSED, FALLBACK = "native", "decomposed", "fallback"
 _MODES = ("warn", "silent", "error")
@@ -116,8 +125,6 @@ def _bind(op, args, kwargs):
 
 def _as_tensors(op, inputs, device_hint):
     """Tensors stay; Python scalars are left for the dtype rule; anything else is an error."""
-    from .tensor import Tensor
-
     out = []
     for name, x in zip(op.inputs, inputs):
         if name.startswith("*"):
@@ -154,13 +161,17 @@ def call(op, args, kwargs):
 
 
 def apply(op, inputs, attrs):
-    from .devices import as_device
-    from .tensor import Tensor, _wrap
-
-    tensors = [x for x in _flat(inputs) if type(x) is Tensor or isinstance(x, Tensor)]
+    flat = list(_flat(inputs)) if op.variadic else inputs
+    tensors = []
+    scalars = False
+    for x in flat:
+        if isinstance(x, Tensor):
+            tensors.append(x)
+        else:
+            scalars = True
     if tensors:
         device = tensors[0].device
-        for t in tensors[1:]:
+        for t in tensors:
             if t.device is not device:
                 raise ValueError(
                     f"{op.name}(): inputs are on different devices, {device} and {t.device}; move them to one "
@@ -172,13 +183,24 @@ def apply(op, inputs, attrs):
         attrs["device"] = device
 
     # dtypes: promote, check the category, cast inputs to the compute dtype
-    in_dtypes = _input_dtypes(op, inputs, tensors)
-    compute, out_dtype = op.dtype_rule(in_dtypes, attrs) if in_dtypes or op.has_device_attr else (None, None)
+    if flat:
+        in_dtypes = _input_dtypes(op, flat, tensors) if scalars else [t.dtype for t in flat]
+        compute, out_dtype = op.dtype_rule(in_dtypes, attrs)
+    elif op.has_device_attr:
+        in_dtypes = ()
+        compute, out_dtype = op.dtype_rule([], attrs)
+    else:
+        compute = out_dtype = None
     if compute is not None:
-        check_category(op.name, op.dtypes, compute if type(compute) is not tuple else compute[0])
-    inputs = _cast_inputs(op, inputs, compute, device)
-    if type(compute) is tuple:
-        compute = compute[0]
+        if type(compute) is tuple:
+            check_category(op.name, op.dtypes, compute[0])
+            if scalars or any(d is not c for d, c in zip(in_dtypes, compute)):
+                inputs = _cast_inputs(op, inputs, compute, device)
+            compute = compute[0]
+        else:
+            check_category(op.name, op.dtypes, compute)
+            if scalars or any(d is not compute for d in in_dtypes):
+                inputs = _cast_inputs(op, inputs, compute, device)
     if op.has_device_attr and "dtype" in attrs:
         attrs["dtype"] = out_dtype
     be = device._backend
@@ -191,11 +213,10 @@ def apply(op, inputs, attrs):
     out_shape = op.shape_rule(shapes, attrs)
 
     needs_grad = (
-        op.differentiable and _ag.is_grad_enabled() and any(t._node is not None for t in tensors)
+        op.differentiable and any(t._node is not None for t in tensors) and _ag.is_grad_enabled()
     )
     through_decomp = needs_grad and op.vjp is None and op.decomposition is not None
-    depth = _depth()
-    t0 = time.perf_counter() if _observers and depth == 0 and not getattr(_tls, "quiet", False) else None
+    t0 = time.perf_counter() if _observers and _depth() == 0 and not getattr(_tls, "quiet", False) else None
     if through_decomp:
         result = op.decomposition(*inputs, **attrs)
         path = DECOMPOSED
@@ -215,17 +236,15 @@ def apply(op, inputs, attrs):
     return result
 
 
-def _input_dtypes(op, inputs, tensors):
-    if not inputs:
-        return []
+def _input_dtypes(op, flat, tensors):
     if not tensors:
         raise TypeError(f"{op.name}() needs at least one Tensor input, got only Python scalars")
     ref = tensors[0].dtype
     if ref is _dt.bool_:
         ref = next((t.dtype for t in tensors if t.dtype is not _dt.bool_), ref)
     out = []
-    for x in _flat(inputs):
-        if isinstance(x, (bool, int, float, complex)) and not hasattr(x, "_buf"):
+    for x in flat:
+        if not isinstance(x, Tensor):
             if not _dt.scalar_dtype_ok(x, ref):
                 raise TypeError(
                     f"{op.name}(): a Python {type(x).__name__} cannot be combined with a {ref.name} tensor "
@@ -238,8 +257,6 @@ def _input_dtypes(op, inputs, tensors):
 
 
 def _cast_inputs(op, inputs, compute, device):
-    from .tensor import Tensor
-
     if compute is None:
         return inputs
     per = compute if type(compute) is tuple else (compute,) * len(inputs)
@@ -255,14 +272,10 @@ def _cast_inputs(op, inputs, compute, device):
 
 
 def _astype(t, d):
-    from .ops.registry import get_op
-
     return apply(get_op("astype"), [t], {"dtype": d, "copy": True})
 
 
 def _scalar_tensor(value, d, device):
-    from .tensor import _wrap
-
     be = device._backend
     return _wrap(be.from_host(device.index, _dt_np_scalar(value, d), d), (), d, device)
 
@@ -278,14 +291,14 @@ def _dt_np_scalar(value, d):
 
 # --- choosing and running a path ---------------------------------------------------------------
 def _execute(op, inputs, attrs, device, compute, out_shape, out_dtype):
-    key = (device, compute)
+    key = (device._ctx, compute)
     plan = op.plans.get(key)
     if plan is None:
         plan = _plan(op, device, compute)
         op.plans[key] = plan
     path, kernel = plan
     if path == NATIVE:
-        if op.category == "elementwise" and not kernel.out and all(
+        if key not in op.fast and op.category == "elementwise" and not kernel.out and all(
             getattr(x, "dtype", None) is compute for x in inputs
         ):
             op.fast[key] = (kernel.fn, out_dtype)
@@ -327,8 +340,6 @@ def _run_kernel(kernel, device, inputs, attrs, out_shape, out_dtype):
 
 
 def _fallback(op, inputs, attrs, device):
-    from .devices import as_device
-
     cpu = as_device("cpu")
     if device is cpu:
         raise NotImplementedError(
@@ -363,8 +374,6 @@ def _fallback(op, inputs, attrs, device):
 
 
 def _record(op, inputs, attrs, result):
-    from .tensor import Tensor, _detached
-
     flat = list(_flat(inputs))
     node = _ag.Node(
         op, {k: v for k, v in attrs.items() if k != "device"}, tuple(_detached(x) for x in flat),

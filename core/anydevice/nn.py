@@ -61,12 +61,15 @@ class Module:
         return [p for _, p in self.named_parameters()]
 
     def to(self, device=None, dtype=None) -> "Module":
-        """Move (and/or cast) every parameter in place of the attribute; returns ``self``."""
-        for name, v in list(vars(self).items()):
-            if isinstance(v, Tensor) and v.requires_grad:
-                setattr(self, name, parameter(v.detach().to(device, dtype)))
-        for _, m in self.named_children():
-            m.to(device, dtype)
+        """Move (and/or cast) every parameter; returns ``self``.
+
+        Parameters keep their identity (an optimizer built earlier still holds them), their
+        gradients are cleared.
+        """
+        if dtype is not None and _dt.dtype(dtype).kind != "float":
+            raise TypeError(f"Module.to(): parameters must stay real floating, not {_dt.dtype(dtype).name}")
+        for p in self.parameters():
+            _move(p, p.detach().to(device, dtype))
         return self
 
     def zero_grad(self) -> None:
@@ -85,19 +88,11 @@ class Module:
         missing, unexpected = sorted(set(params) - set(state)), sorted(set(state) - set(params))
         if missing or unexpected:
             raise KeyError(f"load_state_dict(): missing {missing}, unexpected {unexpected}; expected {sorted(params)}")
-        owners = self._owners()
         for name, p in params.items():
             arr = np.asarray(state[name])
             if tuple(arr.shape) != p.shape:
                 raise ValueError(f"load_state_dict(): {name} has shape {p.shape}, the state has {tuple(arr.shape)}")
-            mod, attr = owners[name]
-            setattr(mod, attr, parameter(arr, dtype=p.dtype, device=p.device))
-
-    def _owners(self, prefix: str = "") -> dict:
-        out = {prefix + n: (self, n) for n, v in vars(self).items() if isinstance(v, Tensor) and v.requires_grad}
-        for name, m in self.named_children():
-            out.update(m._owners(f"{prefix}{name}."))
-        return out
+            _move(p, _api.asarray(arr, dtype=p.dtype, device=p.device))
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{n}={m!r}" for n, m in self.named_children())
@@ -105,6 +100,12 @@ class Module:
 
     def extra_repr(self) -> str:
         return ""
+
+
+def _move(p: Tensor, value: Tensor) -> None:
+    """Make parameter ``p`` hold ``value`` (any device/dtype), clearing its gradient."""
+    p._buf, p.device, p.dtype, p.shape = value._buf, value.device, value.dtype, value.shape
+    p.clear_grad()
 
 
 class Linear(Module):

@@ -296,7 +296,31 @@ def _detached(x):
     return _wrap(x._buf, x.shape, x.dtype, x.device)
 
 
+_dispatch._late(Tensor, _wrap, _detached)
+
+
 # --- operators --------------------------------------------------------------------------------
+_SCALARS = (int, float, bool, complex)
+_scalar_bufs: dict = {}
+
+
+def _scalar_buf(t: "Tensor", v):
+    """A cached 0-d buffer holding ``v`` in ``t``'s dtype on ``t``'s device (None: not allowed)."""
+    key = (t.device._ctx, t.dtype, type(v), v)
+    buf = _scalar_bufs.get(key)
+    if buf is None:
+        if not _dt.scalar_dtype_ok(v, t.dtype) or v != v or (v == 0 and type(v) is float):
+            return None  # invalid here (the slow path explains), NaN, or a signed zero: not cached
+        try:
+            arr = np.asarray(v, dtype=t.dtype.numpy)
+        except OverflowError:
+            return None
+        if len(_scalar_bufs) > 512:
+            _scalar_bufs.clear()
+        buf = _scalar_bufs[key] = t.device._backend.from_host(t.device.index, arr, t.dtype)
+    return buf
+
+
 def _binop(opname: str, reflected: bool = False):
     from .ops.registry import get_op
 
@@ -306,8 +330,9 @@ def _binop(opname: str, reflected: bool = False):
     observers = _dispatch._observers
 
     def fwd(self, other):
-        if type(other) is Tensor:
-            plan = fast.get((self.device, self.dtype))
+        t_other = type(other)
+        if t_other is Tensor:
+            plan = fast.get((self.device._ctx, self.dtype))
             if (plan is not None and other.dtype is self.dtype and other.device is self.device
                     and self.shape == other.shape and not observers
                     and (self._node is None and other._node is None or not _ag.is_grad_enabled())):
@@ -315,15 +340,30 @@ def _binop(opname: str, reflected: bool = False):
                 t._buf = plan[0](self.device._ctx, self._buf, other._buf)
                 t.shape, t.dtype, t.device, t._node = self.shape, plan[1], self.device, None
                 return t
-        elif type(other) not in (int, float, bool, complex):
-            if isinstance(other, Tensor):
-                pass
-            else:
-                return NotImplemented
+        elif t_other in _SCALARS:
+            plan = fast.get((self.device._ctx, self.dtype))
+            if plan is not None and not observers and (self._node is None or not _ag.is_grad_enabled()):
+                buf = _scalar_buf(self, other)
+                if buf is not None:
+                    t = _new(Tensor)
+                    t._buf = plan[0](self.device._ctx, self._buf, buf)
+                    t.shape, t.dtype, t.device, t._node = self.shape, plan[1], self.device, None
+                    return t
+        elif not isinstance(other, Tensor):
+            return NotImplemented
         return apply(op, [self, other], {})
 
     def rev(self, other):
-        if not isinstance(other, (int, float, bool, complex, Tensor)):
+        if type(other) in _SCALARS:
+            plan = fast.get((self.device._ctx, self.dtype))
+            if plan is not None and not observers and (self._node is None or not _ag.is_grad_enabled()):
+                buf = _scalar_buf(self, other)
+                if buf is not None:
+                    t = _new(Tensor)
+                    t._buf = plan[0](self.device._ctx, buf, self._buf)
+                    t.shape, t.dtype, t.device, t._node = self.shape, plan[1], self.device, None
+                    return t
+        elif not isinstance(other, Tensor):
             return NotImplemented
         return apply(op, [other, self], {})
 

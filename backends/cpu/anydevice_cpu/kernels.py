@@ -11,7 +11,15 @@ import numpy as np
 
 from anydevice.ops.indexing import to_numpy_key
 
-_HALF = ("float16", "bfloat16")
+_HALF: set = set()
+
+
+def _half_dtypes() -> set:
+    if not _HALF:
+        import ml_dtypes
+
+        _HALF.update({np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)})
+    return _HALF
 
 
 def _quiet(fn):
@@ -27,9 +35,9 @@ def _half_via_f32(fn):
 
     def k(ctx, *a, **kw):
         x0 = a[0][0] if isinstance(a[0], list) else a[0]
-        dt = np.asarray(x0).dtype
+        dt = x0.dtype
         with np.errstate(all="ignore"):
-            if dt.name in _HALF:
+            if dt in (_HALF or _half_dtypes()):
                 a = [[np.asarray(t, np.float32) for t in x] if isinstance(x, list) else
                      (np.asarray(x, np.float32) if np.asarray(x).dtype == dt else x) for x in a]
                 r = fn(*a, **kw)

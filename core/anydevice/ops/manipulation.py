@@ -2,6 +2,8 @@
 (primitives); stack, squeeze, expand_dims, flip, matrix_transpose (composites)."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import dtypes as _dt
@@ -37,15 +39,15 @@ def _shape_tuple(shape, name):
 def _canon_reshape(shapes, attrs):
     src = shapes[0]
     shape = _shape_tuple(attrs["shape"], "reshape")
-    n = int(np.prod(src, dtype=np.int64))
+    n = math.prod(src)
     if shape.count(-1) > 1 or any(s < -1 for s in shape):
         raise ValueError(f"reshape(): invalid target shape {shape}: sizes must be >= 0 with at most one -1")
     if -1 in shape:
-        rest = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
+        rest = math.prod(s for s in shape if s != -1)
         if rest == 0 or n % rest:
             raise ValueError(f"reshape(): cannot reshape an array of shape {src} ({n} elements) into {shape}")
         shape = tuple(n // rest if s == -1 else s for s in shape)
-    if int(np.prod(shape, dtype=np.int64)) != n:
+    if math.prod(shape) != n:
         raise ValueError(f"reshape(): cannot reshape an array of shape {src} ({n} elements) into {shape}")
     return {**attrs, "shape": shape}
 

@@ -64,9 +64,15 @@ class OpDef:
         return f"<op {self.name} ({kind}, {self.category})>"
 
     def __call__(self, *args, **kwargs):
-        from ..dispatch import call
+        return _call(self, args, kwargs)
 
-        return call(self, args, kwargs)
+
+def _call(op, args, kwargs):
+    global _call
+    from ..dispatch import call
+
+    _call = call
+    return call(op, args, kwargs)
 
 
 def define(name: str, *, inputs=(), attrs=None, dtype_rule, shape_rule, reference, **kw) -> OpDef:
