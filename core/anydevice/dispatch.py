@@ -156,8 +156,36 @@ def _flat(inputs):
 # --- the call path -----------------------------------------------------------------------
 def call(op, args, kwargs):
     """Run ``op`` on ``args``/``kwargs`` (the public function of every op)."""
+    if op.fast and not kwargs and not _observers:
+        r = _try_fast(op, args)
+        if r is not None:
+            return r
     inputs, attrs = _bind(op, args, kwargs)
     return apply(op, _as_tensors(op, inputs, None), attrs)
+
+
+def _try_fast(op, args):
+    """Element-wise ops on same-dtype, same-shape tensors with a cached returning kernel and no graph."""
+    x = args[0]
+    if type(x) is not Tensor:
+        return None
+    plan = op.fast.get((x.device._ctx, x.dtype))
+    if plan is None:
+        return None
+    n = len(args)
+    if n == 1:
+        if x._node is not None and _ag.is_grad_enabled():
+            return None
+        buf = plan[0](x.device._ctx, x._buf)
+    elif n == 2:
+        y = args[1]
+        if (type(y) is not Tensor or y.dtype is not x.dtype or y.device is not x.device or y.shape != x.shape
+                or ((x._node is not None or y._node is not None) and _ag.is_grad_enabled())):
+            return None
+        buf = plan[0](x.device._ctx, x._buf, y._buf)
+    else:
+        return None
+    return _wrap(buf, x.shape, plan[1], x.device)
 
 
 def apply(op, inputs, attrs):
@@ -298,7 +326,7 @@ def _execute(op, inputs, attrs, device, compute, out_shape, out_dtype):
         op.plans[key] = plan
     path, kernel = plan
     if path == NATIVE:
-        if key not in op.fast and op.category == "elementwise" and not kernel.out and all(
+        if key not in op.fast and op.category == "elementwise" and not op.attrs and not kernel.out and all(
             getattr(x, "dtype", None) is compute for x in inputs
         ):
             op.fast[key] = (kernel.fn, out_dtype)
