@@ -239,6 +239,8 @@ def apply(op, inputs, attrs):
     if op.canon is not None:
         attrs = op.canon(shapes, attrs)
     out_shape = op.shape_rule(shapes, attrs)
+    if op.check is not None:
+        op.check(inputs, attrs)
 
     needs_grad = (
         op.differentiable and any(t._node is not None for t in tensors) and _ag.is_grad_enabled()

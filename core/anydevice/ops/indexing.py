@@ -204,7 +204,20 @@ def _vjp_take(g, i, o, axis):
     return f.permute_dims(gx, tuple(inv)), None
 
 
-define("take", inputs=("x", "indices"), attrs={"axis": None}, dtype_rule=_take_rule, canon=_canon_take,
+def _check_take(inputs, attrs):
+    """Out-of-range indices are an IndexError on every backend (checked on the device, then read back)."""
+    x, idx = inputs
+    if idx.size == 0:
+        return
+    n = x.shape[attrs["axis"]]
+    f = F()
+    lo, hi = int(f.min(idx)), int(f.max(idx))
+    if lo < -n or hi >= n:
+        bad = lo if lo < -n else hi
+        raise IndexError(f"take(): index {bad} is out of range for axis {attrs['axis']} with size {n} (allowed: {-n}..{n - 1})")
+
+
+define("take", inputs=("x", "indices"), attrs={"axis": None}, dtype_rule=_take_rule, canon=_canon_take, check=_check_take,
        shape_rule=_take_shape, reference=_take_ref, vjp=_vjp_take, category="indexing", domain="take",
        doc="gather along one axis; negative indices count from the end")
 

@@ -30,12 +30,12 @@ class OpDef:
     __slots__ = (
         "name", "inputs", "variadic", "attrs", "dtype_rule", "shape_rule", "reference", "vjp",
         "decomposition", "category", "doc", "domain", "tolerance", "errors", "dtypes",
-        "differentiable", "plans", "fast", "has_device_attr", "samples", "canon", "flops",
+        "differentiable", "plans", "fast", "has_device_attr", "samples", "canon", "flops", "check",
     )
 
     def __init__(self, name, inputs, attrs, dtype_rule, shape_rule, reference, vjp=None, decomposition=None,
                  category="", doc="", domain=None, tolerance=None, errors=(), dtypes=None,
-                 differentiable=True, samples=None, canon=None, flops=None):
+                 differentiable=True, samples=None, canon=None, flops=None, check=None):
         self.name, self.inputs, self.attrs = name, tuple(inputs), dict(attrs)
         self.variadic = bool(self.inputs) and self.inputs[0].startswith("*")
         self.dtype_rule, self.shape_rule, self.reference = dtype_rule, shape_rule, reference
@@ -44,6 +44,7 @@ class OpDef:
         self.dtypes = dtypes or getattr(dtype_rule, "category", "all")
         self.canon = canon  # canon(shapes, attrs) -> attrs: normalizes attributes (axes ...)
         self.flops = flops  # flops(shapes, attrs) -> float, for the profiler's cost model
+        self.check = check  # check(inputs, attrs): value checks that need data (index bounds)
         self.differentiable = differentiable
         self.samples = samples
         self.has_device_attr = "device" in self.attrs
