@@ -191,3 +191,13 @@ def test_fallback_keeps_autograd_working(zero_kernel_device):
     ad.sum(ad.tanh(ad.matmul(ad.asarray([[1.0, 2.0]]), wc))).backward()
     assert w.grad.device == "bare:0"
     np.testing.assert_allclose(w.grad.numpy(), wc.grad.numpy(), rtol=1e-6)
+
+
+def test_gradient_flows_back_across_a_device_copy(zero_kernel_device):
+    x = ad.asarray([1.0, -2.0, 3.0])
+    x.requires_grad = True
+    y = x.to("bare:1")
+    loss = ad.sum(y * y)
+    loss.backward()
+    assert x.grad.device == "cpu:0"
+    np.testing.assert_allclose(x.grad.numpy(), [2.0, -4.0, 6.0])
