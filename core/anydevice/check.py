@@ -30,6 +30,7 @@ SCHEMA_VERSION = 1
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 UNAVAILABLE = "unavailable"
 
+_CORE_BUG = "report it as an anydevice bug, with the output of `anydevice check --json`"
 _BANDWIDTH_BYTES = 16 << 20
 _ALLOC_BYTES = 1 << 20
 
@@ -132,7 +133,7 @@ def _first_mismatch(got: np.ndarray, want: np.ndarray, rtol: float, atol: float)
     idx = tuple(int(i) for i in np.argwhere(bad)[0])
     err = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
     return f"{int(bad.sum())} of {bad.size} values differ, max abs error {err:.3g}; first at {idx}: " \
-           f"got {got[idx]!r}, expected {want[idx]!r} (rtol={rtol}, atol={atol})"
+           f"got {got[idx].item()!r}, expected {want[idx].item()!r} (rtol={rtol}, atol={atol})"
 
 
 def _compare(t: Target, what: str, got, want, rtol=1e-4, atol=1e-5) -> None:
@@ -194,11 +195,11 @@ def check_memory(t: Target):
             continue
         if during["allocated"] < before["allocated"] + _ALLOC_BYTES:
             raise CheckFailed(f"{dev}: allocated memory grew by {during['allocated'] - before['allocated']} bytes "
-                              f"for a {_ALLOC_BYTES}-byte tensor", "report it as an allocator bug in anydevice")
+                              f"for a {_ALLOC_BYTES}-byte tensor", _CORE_BUG)
         if after["allocated"] > during["allocated"] - _ALLOC_BYTES:
             raise CheckFailed(f"{dev}: freeing a 1 MiB tensor did not lower allocated memory "
                               f"({during['allocated']} -> {after['allocated']} bytes)",
-                              "report it as an allocator bug in anydevice")
+                              _CORE_BUG)
     free, total = t.backend.memory_info(t.first.index)
     stats = "memory statistics match" if reported else f"memory statistics not reported by {t.type}"
     detail = f"1 MiB allocated and freed on {_plural(len(t.devices), 'device')}; {stats}"
@@ -224,14 +225,15 @@ def check_roundtrip(t: Target):
             host = _random_host(d, (3, 37), rng)
             back = ad.asarray(host, dtype=d, device=dev).numpy()
             if back.dtype != host.dtype or back.shape != host.shape:
-                raise CheckFailed(f"{dev} {d.name}: round trip gave {back.dtype}{back.shape}, sent {host.dtype}{host.shape}",
+                raise CheckFailed(f"{dev} {d.name}: round trip gave {back.dtype}{back.shape}, "
+                                  f"sent {host.dtype}{host.shape}",
                                   f"the copy_d2h/to_host path of the plugin ({t.plugin}) returns the wrong array")
             if back.tobytes() != host.tobytes():
                 diff = np.frombuffer(back.tobytes(), np.uint8) != np.frombuffer(host.tobytes(), np.uint8)
                 first = int(np.argmax(diff)) // d.itemsize
                 raise CheckFailed(
                     f"{dev} {d.name}: round trip is not bit-exact: {int(diff.sum())} bytes differ, first at element "
-                    f"{first} (sent {host.reshape(-1)[first]!r}, got {back.reshape(-1)[first]!r})",
+                    f"{first} (sent {host.reshape(-1)[first].item()!r}, got {back.reshape(-1)[first].item()!r})",
                     f"copies must preserve every bit (NaN payloads, -0.0, subnormals): fix copy_h2d/copy_d2h in the "
                     f"plugin ({t.plugin})")
             names.add(d.name)
@@ -321,7 +323,8 @@ def check_training(t: Target):
     _compare(t, f"{dev} bias gradient", grads[1], want_grads[1])
     _compare(t, f"{dev} weight after the Adam step", model.weight.numpy(), want_new[0])
     _compare(t, f"{dev} bias after the Adam step", model.bias.numpy(), want_new[1])
-    return f"{dev}: loss {float(loss.numpy()):.6f}, gradients and Adam update match the host", {"loss": float(loss.numpy())}
+    value = float(loss.numpy())
+    return f"{dev}: loss {value:.6f}, gradients and Adam update match the host", {"loss": value}
 
 
 def check_streams(t: Target):
@@ -338,13 +341,13 @@ def check_streams(t: Target):
         s, default = D.Stream(dev), D.current_stream(dev)
         with D.stream_guard(s):
             if D.current_stream(dev) is not s:
-                raise CheckFailed(f"{dev}: stream_guard() did not make the stream current", "report it as an anydevice bug")
+                raise CheckFailed(f"{dev}: stream_guard() did not make the stream current", _CORE_BUG)
             e0, e1 = D.Event(dev), D.Event(dev)
             e0.record()
             y = x + x
             e1.record()
         if D.current_stream(dev) is not default:
-            raise CheckFailed(f"{dev}: stream_guard() did not restore the previous stream", "report it as an anydevice bug")
+            raise CheckFailed(f"{dev}: stream_guard() did not restore the previous stream", _CORE_BUG)
         default.wait_event(e1)
         e1.synchronize()
         if not (e1.query() and s.query()):
@@ -370,12 +373,13 @@ def check_device_copy(t: Target):
         src = x.device
         x = x.to(dev)
         if x.device != dev:
-            raise CheckFailed(f"Tensor.to({str(dev)!r}) returned a tensor on {x.device}", "report it as an anydevice bug")
+            raise CheckFailed(f"Tensor.to({str(dev)!r}) returned a tensor on {x.device}", _CORE_BUG)
         if x.numpy().tobytes() != host.tobytes():
             raise CheckFailed(f"copy {src} -> {dev} changed the data",
                               f"fix copy_p2p/copy_d2d in the plugin ({t.plugin})")
-    return f"{len(ring)} device-to-device cop{'y' if len(ring) == 1 else 'ies'} bit-exact ({' -> '.join(str(d) for d in [t.first] + ring)})", \
-        {"copies": len(ring)}
+    path = " -> ".join(str(d) for d in [t.first] + ring)
+    copies = f"{len(ring)} device-to-device cop{'y' if len(ring) == 1 else 'ies'}"
+    return f"{copies} bit-exact ({path})", {"copies": len(ring)}
 
 
 def check_all_reduce(t: Target):
@@ -396,10 +400,10 @@ def check_all_reduce(t: Target):
     n = len(t.devices)
     want = np.full((4, 5), n * (n + 1) // 2, dtype=d.numpy)
     if len(outs) != n:
-        raise CheckFailed(f"all_reduce returned {len(outs)} tensors for {n} devices", "report it as an anydevice bug")
+        raise CheckFailed(f"all_reduce returned {len(outs)} tensors for {n} devices", _CORE_BUG)
     for dev, o in zip(t.devices, outs):
         if o.device != dev:
-            raise CheckFailed(f"all_reduce put the result for {dev} on {o.device}", "report it as an anydevice bug")
+            raise CheckFailed(f"all_reduce put the result for {dev} on {o.device}", _CORE_BUG)
         _compare(t, f"all_reduce(sum) result on {dev}", o.numpy(), want)
     return f"all_reduce(sum) over {_plural(n, 'device')} correct", {"devices": n}
 
@@ -601,7 +605,7 @@ def check_type(device_type: str, indices=None, quick: bool = False, requested: b
     entry.update(count=be.count, devices=[str(d) for d in devs])
     for name, fn, when in CHECKS:
         if progress is not None:
-            progress(device_type, name)
+            progress(f"checking {device_type}: {name}")
         if when == "full" and quick:
             entry["checks"].append(CheckResult(name, SKIPPED, 0.0, "skipped by --quick").as_dict())
         elif when == "multi" and len(devs) < 2:
@@ -616,10 +620,6 @@ def check_type(device_type: str, indices=None, quick: bool = False, requested: b
         f"({', '.join(failed)})."
     )
     return entry
-
-
-def _total_checks(selection: dict) -> int:
-    return len(selection) * len(CHECKS)
 
 
 @contextlib.contextmanager
@@ -637,16 +637,22 @@ def _quiet_fallbacks():
 
 
 def run(devices=None, quick: bool = False, progress=None) -> dict:
-    """Run the whole health check; returns the report (see :data:`SCHEMA`). Never raises for a device problem."""
+    """Run the whole health check; returns the report (see :data:`SCHEMA`). Never raises for a device problem.
+
+    ``progress``, when given, gets ``start(number of checks)`` and then ``step(description)`` before each check.
+    """
     t0 = time.perf_counter()
+    devices = [devices] if isinstance(devices, str) else list(devices or [])
     env = environment()
     plugs = plugins()
     selection, errors = select(devices)
     explicit = bool(devices)
     report_devices = {}
+    if progress is not None:
+        progress.start(len(selection) * len(CHECKS))
     with _quiet_fallbacks():
         for ty, idx in selection.items():
-            report_devices[ty] = check_type(ty, idx, quick, explicit, progress)
+            report_devices[ty] = _check_type_safely(ty, idx, quick, explicit, progress and progress.step)
             report_devices[ty]["environment"] = _type_environment(plugs, ty)
     for spec, err in errors.items():
         report_devices[spec] = {
@@ -659,11 +665,23 @@ def run(devices=None, quick: bool = False, progress=None) -> dict:
                if e["status"] == FAILED or (e["status"] == UNAVAILABLE and e["requested"])]
     code = 1 if failing or not report_devices else 0
     return {
-        "schema_version": SCHEMA_VERSION, "options": {"devices": list(devices) if devices else None, "quick": quick},
+        "schema_version": SCHEMA_VERSION, "options": {"devices": devices or None, "quick": quick},
         "environment": env, "plugins": plugs, "devices": report_devices,
         "verdict": _verdict(report_devices, failing), "exit_code": code,
         "seconds": round(time.perf_counter() - t0, 3),
     }
+
+
+def _check_type_safely(ty, idx, quick, requested, progress) -> dict:
+    try:
+        return check_type(ty, idx, quick, requested, progress)
+    except Exception as e:  # noqa: BLE001 - a bug outside any single check still gets a report entry
+        where = _where(e)
+        detail = f"{type(e).__name__}: {e}" + (f" (raised at {where})" if where else "")
+        return {"type": ty, "requested": requested, "status": FAILED, "reason": detail,
+                "hint": f"report it with the output of `anydevice check --device {ty} --json`", "plugin": None,
+                "plugin_version": None, "description": "", "count": 0, "devices": [], "checks": [],
+                "verdict": f"anydevice could not check {ty}: {detail}"}
 
 
 def _type_environment(plugs: list, device_type: str) -> dict:
@@ -735,16 +753,18 @@ def render(report: dict, console=None) -> None:
     for i, d in enumerate(report["devices"].values()):
         if i:
             ct.add_section()
-        if d["status"] == UNAVAILABLE:
+        if d["status"] == UNAVAILABLE or not d["checks"]:
             tail = f" → {d['hint']}" if d["hint"] else ""
-            style = "bold red" if d["requested"] else _STYLE[UNAVAILABLE]
-            ct.add_row(T(d["type"]), "", T(UNAVAILABLE, style=style), "", T(d["reason"] + tail))
+            style = "bold red" if d["requested"] or d["status"] == FAILED else _STYLE[UNAVAILABLE]
+            ct.add_row(T(d["type"]), "", T(d["status"], style=style), "", T(d["reason"] + tail))
             continue
         seen: dict = {}
         for k, chk in enumerate(d["checks"]):
             detail = chk["detail"] + (f"\n→ {chk['hint']}" if chk["hint"] else "")
-            if chk["status"] == FAILED:
-                detail = f"same error as {seen[detail]}" if detail in seen else seen.setdefault(detail, chk["name"]) and detail
+            if chk["status"] == FAILED and detail in seen:
+                detail = f"same error as {seen[detail]}"
+            elif chk["status"] == FAILED:
+                seen[detail] = chk["name"]
             ct.add_row(T(d["type"] if k == 0 else ""), chk["name"], T(chk["status"], style=_STYLE[chk["status"]]),
                        f"{chk['seconds'] * 1e3:.0f} ms", T(detail))
     c.print(ct)
@@ -754,20 +774,26 @@ def render(report: dict, console=None) -> None:
     c.print(T(f"checked in {report['seconds']:.1f} s; exit status {report['exit_code']}"))
 
 
-def _progress_runner(devices, quick):
-    """Run with a transient progress bar (only for a terminal)."""
-    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
+class _Progress:
+    """Feeds a rich progress bar: ``start(total)`` once, then ``step(description)`` per check."""
 
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), transient=True) as prog:
-        task = prog.add_task("discovering plugins", total=None)
+    def __init__(self, bar):
+        self.bar, self.task = bar, bar.add_task("discovering plugins", total=None)
 
-        def tick(device_type, name):
-            total = _total_checks(select(devices)[0]) if prog.tasks[0].total is None else None
-            if total is not None:
-                prog.update(task, total=total)
-            prog.update(task, description=f"checking {device_type}: {name}", advance=1)
+    def start(self, total: int) -> None:
+        self.bar.update(self.task, total=total)
 
-        return run(devices, quick, progress=tick)
+    def step(self, description: str) -> None:
+        self.bar.update(self.task, description=description, advance=1)
+
+
+def _run_with_progress(devices, quick, console) -> dict:
+    """Run with a transient progress bar (only used when stdout is a terminal)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
+
+    cols = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    with Progress(*cols, console=console, transient=True) as bar:
+        return run(devices, quick, progress=_Progress(bar))
 
 
 def main(argv=None) -> int:
@@ -797,7 +823,7 @@ def _report(devices, quick: bool, as_json: bool, stream=None) -> dict:
     from rich.console import Console
 
     console = Console(file=out)
-    report = _progress_runner(devices, quick) if console.is_terminal else run(devices, quick)
+    report = _run_with_progress(devices, quick, console) if console.is_terminal else run(devices, quick)
     render(report, console)
     return report
 

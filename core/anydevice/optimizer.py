@@ -36,17 +36,18 @@ class Optimizer:
         self.state: list[dict] = [{} for _ in self.params]
         self.step_count = 0
 
-    @no_grad()
     def step(self) -> None:
         """Apply one update to every parameter that has a gradient."""
         self.step_count += 1
-        for p, st in zip(self.params, self.state):
-            g = p.grad
-            if g is None:
-                continue
-            if g.device != p.device:
-                raise ValueError(f"{type(self).__name__}.step(): gradient on {g.device} but parameter on {p.device}")
-            self._update(p, g, st)
+        with no_grad():
+            for p, st in zip(self.params, self.state):
+                g = p.grad
+                if g is None:
+                    continue
+                if g.device != p.device:
+                    raise ValueError(
+                        f"{type(self).__name__}.step(): gradient on {g.device} but parameter on {p.device}")
+                self._update(p, g, st)
 
     def _update(self, p: Tensor, g: Tensor, state: dict) -> None:
         raise NotImplementedError
