@@ -81,12 +81,12 @@ class ProfileResult:
         from rich.table import Table
 
         t = Table(title="anydevice profile")
-        for col in ("op", "device", "path", "calls", "host ms", "host us/call", "device ms", "GB", "GFLOP"):
+        for col in ("op", "device", "path", "calls", "host ms", "host us/call", "device ms", "MB", "MFLOP"):
             t.add_column(col, justify="left" if col in ("op", "device", "path") else "right")
         for s in self.rows()[:limit]:
             dev = "-" if s.device_time is None else f"{s.device_time * 1e3:.4f}"
             t.add_row(s.op, s.device, s.path, str(s.count), f"{s.host_time * 1e3:.3f}", f"{s.host_mean * 1e6:.1f}",
-                      dev, f"{s.nbytes / 1e9:.4f}", f"{s.flops / 1e9:.4f}")
+                      dev, f"{s.nbytes / 1e6:.3f}", f"{s.flops / 1e6:.3f}")
         dtot = self.total_device_time
         t.caption = (f"total host {self.total_host_time * 1e3:.3f} ms"
                      + ("" if dtot is None else f", device {dtot * 1e3:.4f} ms (modelled)"))

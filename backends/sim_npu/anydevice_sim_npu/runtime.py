@@ -1,0 +1,390 @@
+"""The runtime of the simulated accelerators: device memory, copies, streams, events, errors.
+
+Device memory belongs to the simulated device. ``malloc`` returns an integer address; the
+bytes live in a per-device store that host code reaches only through the copy methods
+(``peek`` is a debugging aid that deliberately reads without synchronizing). Capacity is
+enforced per device; host RAM holds only live allocations, each a lazily committed numpy
+byte buffer.
+
+Kernels (:meth:`SimRuntime.launch`) and ``copy_h2d_async``/``copy_d2h_async`` are queued on
+a stream and return at once. Synchronous copies, ``memset`` and ``copy_d2d``/``copy_p2p`` run
+on the calling thread: the core only ever writes into freshly allocated buffers with them,
+and every read first waits for the device's queued work.
+
+A kernel that raises puts its device into an error state (*sticky*, as on CUDA): the
+error is raised as :class:`anydevice.DeviceError` at every synchronization point
+(``synchronize``, ``copy_d2h``, stream/event sync) and queued kernels are skipped until
+:meth:`SimRuntime.reset`. Other devices are unaffected.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+from anydevice.backend import Runtime
+from anydevice.errors import DeviceError
+
+from .streams import Marker, SimEvent, SimStream
+
+DIST = "anydevice-sim-npu"
+
+
+class Chip:
+    """State of one simulated device."""
+
+    def __init__(self, device_type: str, index: int, capacity: int):
+        self.name, self.index, self.capacity = f"{device_type}:{index}", index, capacity
+        self.lock = threading.Lock()
+        self.store: dict[int, np.ndarray] = {}
+        self.used = 0
+        self._next = (index + 1) << 48  # each device has its own address range
+        self.streams: list[SimStream] = []
+        self.default = self.new_stream()
+        self.error: DeviceError | None = None
+        self.lost = False
+        self.faults: dict[str, int] = {}   # kind -> operations left before it fires
+        self.kernels_run = 0
+
+    def new_stream(self) -> SimStream:
+        s = SimStream(self, len(self.streams))
+        self.streams.append(s)
+        return s
+
+    def fail(self, stream, what: str, exc: BaseException) -> None:
+        if self.error is None:
+            self.error = DeviceError(
+                f"{self.name} ({DIST}): {what} failed on stream {stream.id}: {type(exc).__name__}: {exc}. "
+                f"The device stays in this error state until it is reset with "
+                f"anydevice_sim_npu.reset('{self.name}')"
+            )
+            self.error.__cause__ = exc
+
+    def check(self) -> None:
+        """Raise the sticky error, if any (every synchronization point calls this)."""
+        if self.lost:
+            raise DeviceError(f"{self.name} ({DIST}) is lost (injected fault); reset it with "
+                              f"anydevice_sim_npu.reset('{self.name}')")
+        if self.error is not None:
+            raise self.error
+
+    def tick(self, kind: str) -> bool:
+        """Count one operation against pending faults; True when a fault of ``kind`` fires now."""
+        f = self.faults
+        if not f:
+            return False
+        if "lost" in f:
+            f["lost"] -= 1
+            if f["lost"] < 0:
+                self.lost = True
+                self.check()
+        if kind in f and kind != "lost":
+            f[kind] -= 1
+            return f[kind] < 0
+        return False
+
+    def drain(self) -> None:
+        for s in list(self.streams):
+            s.wait()
+
+
+class SimRuntime(Runtime):
+    """Runtime of one simulated device type (``npu``, ``xpu`` or ``dcu``)."""
+
+    alignment = 256
+
+    def __init__(self, device_type: str, profile):
+        self.type, self.profile = device_type, profile
+        self.chips = [Chip(device_type, i, profile.memory) for i in range(profile.count)]
+        self.mem: dict[int, np.ndarray] = {}  # address -> bytes, for every device (addresses are unique)
+
+    # --- required -------------------------------------------------------------------
+    def device_count(self) -> int:
+        return len(self.chips)
+
+    def malloc(self, index: int, nbytes: int) -> int:
+        chip = self.chips[index]
+        chip.check()
+        if chip.tick("alloc"):
+            raise MemoryError(f"{chip.name}: allocation of {nbytes} bytes failed (injected fault)")
+        if chip.used + nbytes > chip.capacity:
+            # Queued kernels keep their buffers alive; let them finish so the core's retry
+            # (after emptying its cache) sees every buffer that is really free.
+            chip.drain()
+            raise MemoryError(f"{chip.name}: {nbytes} bytes requested, {chip.capacity - chip.used} of "
+                              f"{chip.capacity} free")
+        with chip.lock:
+            addr = chip._next
+            chip._next += -(-nbytes // 4096) * 4096
+            chip.store[addr] = self.mem[addr] = np.zeros(nbytes, np.uint8)  # calloc: committed on first touch
+            chip.used += nbytes
+        return addr
+
+    def free(self, index: int, handle: int) -> None:
+        chip = self.chips[index]
+        with chip.lock:
+            mem = chip.store.pop(handle)
+            del self.mem[handle]
+            chip.used -= mem.nbytes
+
+    def copy_h2d(self, index: int, dst: int, offset: int, src: np.ndarray) -> None:
+        chip = self.chips[index]
+        chip.check()
+        chip.tick("copy")
+        b = src.reshape(-1).view(np.uint8)
+        chip.store[dst][offset:offset + b.nbytes] = b
+
+    def copy_d2h(self, index: int, dst: np.ndarray, src: int, offset: int) -> None:
+        chip = self.chips[index]
+        chip.tick("copy")
+        chip.drain()
+        chip.check()
+        b = dst.reshape(-1).view(np.uint8)
+        b[...] = chip.store[src][offset:offset + b.nbytes]
+
+    def synchronize(self, index: int) -> None:
+        chip = self.chips[index]
+        chip.drain()
+        chip.check()
+
+    # --- memory and copies ------------------------------------------------------------
+    def memset(self, index: int, handle: int, offset: int, byte: int, nbytes: int) -> None:
+        chip = self.chips[index]
+        chip.check()
+        chip.store[handle][offset:offset + nbytes] = byte
+
+    def copy_d2d(self, index, dst, dst_off, src, src_off, n) -> None:
+        self.copy_p2p(index, dst, dst_off, index, src, src_off, n)
+
+    def copy_p2p(self, dst_index, dst, dst_off, src_index, src, src_off, n) -> None:
+        s, d = self.chips[src_index], self.chips[dst_index]
+        s.tick("copy")
+        s.drain()
+        s.check()
+        d.check()
+        d.store[dst][dst_off:dst_off + n] = s.store[src][src_off:src_off + n]
+
+    def copy_h2d_async(self, index, dst, offset, src, stream) -> None:
+        chip = self.chips[index]
+        chip.check()
+        data = np.array(src, copy=True).reshape(-1).view(np.uint8)  # the host may reuse src at once
+        mem = chip.store[dst]
+        self._stream(chip, stream).submit(_Copy("copy_h2d_async", mem, offset, data))
+
+    def copy_d2h_async(self, index, dst, src, offset, stream) -> None:
+        chip = self.chips[index]
+        chip.check()
+        out = dst.reshape(-1).view(np.uint8)
+        mem = chip.store[src][offset:offset + out.nbytes]
+        self._stream(chip, stream).submit(_Copy("copy_d2h_async", out, 0, mem))
+
+    def memory_info(self, index: int):
+        c = self.chips[index]
+        return (c.capacity - c.used, c.capacity)
+
+    def peek(self, index: int, handle: int, offset: int, nbytes: int) -> bytes:
+        """Device bytes as they are *now*, without waiting for queued work (debugging only)."""
+        return self.chips[index].store[handle][offset:offset + nbytes].tobytes()
+
+    # --- kernels ----------------------------------------------------------------------
+    def launch(self, index: int, stream, name: str, fn, out, inputs, attrs, op=None) -> None:
+        """Queue ``out[...] = fn(None, *views(inputs), **attrs)`` on ``stream``; returns at once.
+
+        ``out`` and ``inputs`` are DeviceArrays (or lists of them); the queued item keeps
+        them alive until it has run, so their memory cannot be reused under it.
+        """
+        chip = self.chips[index]
+        if chip.faults and chip.tick("kernel"):
+            fn = _injected(chip)
+        (chip.default if stream is None else stream).submit(_Kernel(name, fn, out, inputs, attrs, op, self))
+
+    def launch_ufunc(self, index: int, stream, name: str, ufunc, out, inputs) -> None:
+        """Queue ``ufunc(*views(inputs), out=view(out))``: the fast path of element-wise kernels."""
+        chip = self.chips[index]
+        item = _Ufunc(name, ufunc, out, inputs, self)
+        if chip.faults and chip.tick("kernel"):
+            item = _Kernel(name, _injected(chip), out, inputs, None, None, self)
+        (chip.default if stream is None else stream).submit(item)
+
+    def view(self, arr) -> np.ndarray:
+        """A numpy view of a DeviceArray's bytes (used by kernels on the stream worker)."""
+        blk = arr.block
+        return np.ndarray(arr.shape, arr.dtype._np or arr.dtype.numpy, self.mem[blk.handle], blk.offset + arr.offset)
+
+    def device_time(self, op: str, nbytes: int, flops: float) -> float:
+        """Simulated seconds of ``op`` moving ``nbytes`` and doing ``flops`` (roofline model)."""
+        return self.profile.device_time(nbytes, flops)
+
+    # --- streams and events -------------------------------------------------------------
+    def _stream(self, chip, handle) -> SimStream:
+        return chip.default if handle is None else handle
+
+    def create_stream(self, index: int) -> SimStream:
+        chip = self.chips[index]
+        with chip.lock:
+            return chip.new_stream()
+
+    def destroy_stream(self, index: int, stream: SimStream) -> None:
+        stream.stop()
+        chip = self.chips[index]
+        with chip.lock:
+            if stream in chip.streams:
+                chip.streams.remove(stream)
+
+    def synchronize_stream(self, index: int, stream) -> None:
+        chip = self.chips[index]
+        self._stream(chip, stream).wait()
+        chip.check()
+
+    def query_stream(self, index: int, stream) -> bool:
+        chip = self.chips[index]
+        chip.check()
+        return self._stream(chip, stream).idle()
+
+    def create_event(self, index: int) -> SimEvent:
+        return SimEvent()
+
+    def record_event(self, index: int, event: SimEvent, stream) -> None:
+        chip = self.chips[index]
+        if chip.lost:
+            chip.check()
+        self._stream(chip, stream).record(event)
+
+    def synchronize_event(self, index: int, event: SimEvent) -> None:
+        if event.flag is not None:
+            event.flag.wait()
+        self.chips[index].check()
+
+    def query_event(self, index: int, event: SimEvent) -> bool:
+        self.chips[index].check()
+        return event.flag is None or event.flag.is_set()
+
+    def stream_wait_event(self, index: int, stream, event: SimEvent) -> None:
+        self._stream(self.chips[index], stream).wait_event(event)
+
+    def elapsed_time(self, index: int, start: SimEvent, end: SimEvent) -> float:
+        """Milliseconds of *simulated* device time between two recorded events."""
+        for e in (start, end):
+            if not e.recorded:
+                raise ValueError("elapsed_time() needs both events recorded first")
+            self.synchronize_event(index, e)
+        return (end.clock - start.clock) * 1e3
+
+    # --- device facts -------------------------------------------------------------------
+    def properties(self, index: int) -> dict:
+        p = self.profile
+        return {"name": f"{self.type}:{index}", "model": p.name, "total_memory": p.memory,
+                "peak_flops": p.peak_flops, "memory_bandwidth": p.bandwidth,
+                "launch_latency_s": p.launch_latency, "streams": len(self.chips[index].streams),
+                "plugin": DIST}
+
+    def dtypes(self, index: int):
+        from anydevice import dtypes as _dt
+
+        names = set(self.profile.dtypes)
+        return [d for d in _dt.ALL_DTYPES if not names or d.name in names]
+
+    def reset(self, index: int) -> None:
+        """Clear the error state, pending faults and lost status of one device.
+
+        Queued work is skipped or completed first; allocations and their contents are kept
+        (buffers written by skipped kernels hold undefined values).
+        """
+        chip = self.chips[index]
+        if chip.error is None and not chip.lost:
+            chip.error = DeviceError(f"{chip.name} is being reset")  # skip queued kernels
+        chip.lost = False
+        chip.drain()
+        chip.faults.clear()
+        chip.error = None
+
+    # --- collectives --------------------------------------------------------------------
+    def all_reduce(self, buffers: list, op: str, allocate) -> list:
+        """Reduce ``buffers`` (one per device) over the simulated interconnect.
+
+        ``allocate(i, shape, dtype)`` returns a new DeviceArray on the device of ``buffers[i]``.
+        """
+        chips = [self.chips[b.index] for b in buffers]
+        for c in chips:
+            c.tick("copy")
+            c.drain()
+            c.check()
+        ufunc = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}[op]
+        acc = np.array(self.view(buffers[0]), copy=True)
+        for b in buffers[1:]:
+            ufunc(acc, self.view(b), out=acc, casting="unsafe")
+        outs = []
+        for i, b in enumerate(buffers):
+            o = allocate(i, b.shape, b.dtype)
+            if o.nbytes:
+                self.view(o)[...] = acc
+            outs.append(o)
+        return outs
+
+
+class _Kernel:
+    __slots__ = ("name", "fn", "out", "inputs", "attrs", "op", "rt")
+
+    def __init__(self, name, fn, out, inputs, attrs, op, rt):
+        self.name, self.fn, self.out, self.inputs, self.attrs, self.op, self.rt = name, fn, out, inputs, attrs, op, rt
+
+    def __call__(self, stream):
+        view, inputs = self.rt.view, self.inputs
+        args = [[view(a) for a in x] if type(x) is list else view(x) for x in inputs]
+        o = view(self.out)
+        r = self.fn(None, *args, **self.attrs) if self.attrs else self.fn(None, *args)
+        if r is not o:
+            if np.shape(r) != o.shape:
+                raise ValueError(f"kernel {self.name} produced shape {np.shape(r)}, expected {o.shape}")
+            np.copyto(o, r, casting="unsafe")
+        stream.clock += self.cost()
+        stream.chip.kernels_run += 1
+
+    def cost(self) -> float:
+        nbytes, shapes = self.out.nbytes, []
+        for x in self.inputs:
+            if type(x) is list:
+                nbytes += sum(a.nbytes for a in x)
+                shapes.append([a.shape for a in x])
+            else:
+                nbytes += x.nbytes
+                shapes.append(x.shape)
+        fl = getattr(self.op, "flops", None)
+        flops = fl(shapes, self.attrs or {}) if fl is not None else self.out.size
+        return self.rt.device_time(self.name, nbytes, flops)
+
+
+class _Ufunc:
+    __slots__ = ("name", "fn", "out", "inputs", "rt")
+
+    def __init__(self, name, fn, out, inputs, rt):
+        self.name, self.fn, self.out, self.inputs, self.rt = name, fn, out, inputs, rt
+
+    def __call__(self, stream):
+        view, out = self.rt.view, self.out
+        a, b = self.inputs
+        va, vb, vo = view(a), view(b), view(out)
+        self.fn(va, vb, vo)
+        stream.clock += self.rt.profile.device_time(va.nbytes + vb.nbytes + vo.nbytes, vo.size)
+        stream.chip.kernels_run += 1
+
+
+class _Copy:
+    __slots__ = ("name", "dst", "off", "src")
+
+    def __init__(self, name, dst, off, src):
+        self.name, self.dst, self.off, self.src = name, dst, off, src
+
+    def __call__(self, stream):
+        self.dst[self.off:self.off + self.src.nbytes] = self.src
+
+
+def _injected(chip):
+    def fail(ctx, *a, **kw):
+        if chip.lost:
+            raise DeviceError(f"{chip.name} was lost")
+        raise RuntimeError("injected kernel fault")
+
+    return fail
+
+
+__all__ = ["SimRuntime", "Chip", "Marker"]
