@@ -9,35 +9,52 @@ from anydevice.allocator import SMALL_SEGMENT, CachingAllocator
 from fakes import FakePlugin, HostRuntime, installed
 
 
-def test_small_blocks_split_one_segment_and_are_reused():
+K = 1024
+
+
+def test_small_blocks_split_one_segment_and_best_fit_reuses():
     rt = HostRuntime(count=1)
     a = CachingAllocator(rt, 0, "fake:0")
-    b1 = a.allocate(1000)
-    b2 = a.allocate(3000)
-    assert rt.mallocs == 1, "both fit in one 2 MiB segment"
-    assert b1.handle == b2.handle and b2.offset >= 1000
+    b1 = a.allocate(100 * K)
+    b2 = a.allocate(300 * K)
+    b3 = a.allocate(100 * K)
+    assert rt.mallocs == 1, "all fit in one 2 MiB segment"
+    assert b1.handle == b2.handle == b3.handle and b2.offset == 100 * K
     st = a.stats()
-    assert st["reserved"] == SMALL_SEGMENT and st["allocated"] == 1024 + 3072
+    assert st["reserved"] == SMALL_SEGMENT and st["allocated"] == 500 * K
     off2 = b2.offset
     del b2
     gc.collect()
-    b3 = a.allocate(2500)
-    assert b3.offset == off2, "best fit reuses the freed chunk"
+    b4 = a.allocate(250 * K)
+    assert b4.offset == off2, "best fit: the freed 300 KiB chunk is the smallest that fits, and is split"
+    b5 = a.allocate(50 * K)
+    assert b5.offset == off2 + 250 * K, "the split-off remainder is reused"
     assert rt.mallocs == 1
+
+
+def test_tiny_blocks_are_recycled_by_exact_size():
+    rt = HostRuntime(count=1)
+    a = CachingAllocator(rt, 0, "fake:0")
+    b = a.allocate(16)
+    off = b.offset
+    del b
+    gc.collect()
+    assert a.stats()["allocated"] == 0
+    assert a.allocate(16).offset == off and rt.mallocs == 1
 
 
 def test_free_chunks_merge_and_empty_cache_returns_segments():
     rt = HostRuntime(count=1)
     a = CachingAllocator(rt, 0, "fake:0")
-    blocks = [a.allocate(4096) for _ in range(4)]
+    blocks = [a.allocate(100 * K) for _ in range(4)] + [a.allocate(16) for _ in range(3)]
     del blocks
     gc.collect()
     assert a.stats()["allocated"] == 0
-    big = a.allocate(16384)
+    big = a.allocate(400 * K)
     assert big.offset == 0, "the four freed neighbours were merged back into one chunk"
     del big
     gc.collect()
-    assert a.empty_cache() == SMALL_SEGMENT
+    assert a.empty_cache() == SMALL_SEGMENT, "tiny cached chunks are merged back too"
     assert rt.frees == 1 and a.stats()["reserved"] == 0
 
 

@@ -4,6 +4,9 @@ Device memory is taken from the runtime in *segments* and handed out as *chunks*
 best fit over the free chunks (smallest that fits), splitting the remainder off, and
 merging neighbours when chunks are freed. Requests up to 1 MiB share 2 MiB segments;
 larger ones get a segment of their own rounded up to 2 MiB, which later requests may split.
+Freed chunks of at most 64 KiB first wait in exact-size lists, so the many tiny tensors of an
+eager program are recycled without searching; ``empty_cache()`` and the out-of-memory retry
+merge them back.
 Segments belong to the stream that was current when they were taken, so memory freed on
 one stream is reused only by work queued behind it on the same stream.
 
@@ -22,6 +25,7 @@ from .backend import Block
 from .errors import OutOfMemoryError
 
 SMALL_LIMIT = 1 << 20
+QUICK_LIMIT = 64 << 10  # freed chunks up to this size wait in exact-size lists for fast reuse
 SMALL_SEGMENT = 2 << 20
 LARGE_ROUND = 2 << 20
 
@@ -68,14 +72,29 @@ class CachingAllocator:
         self._free: dict = collections.defaultdict(list)  # (stream, small) -> sorted [(size, id, chunk)]
         self._segments: list[_Segment] = []
         self._pending = collections.deque()  # chunks released by __del__, merged lazily
+        self._quick: dict = collections.defaultdict(list)  # (stream, size) -> freed small chunks
         self.allocated = self.reserved = 0
         self.peak_allocated = self.peak_reserved = 0
         self.num_allocs = self.num_segments_taken = self.num_ooms = 0
 
     # --- public -----------------------------------------------------------------------
     def allocate(self, nbytes: int, stream=None) -> Block:
-        self._drain()
+        if self._pending:
+            self._drain()
         size = self._round(nbytes)
+        quick = self._quick.get((stream, size)) if size <= QUICK_LIMIT else None
+        if quick:
+            chunk = quick.pop()
+        else:
+            chunk = self._take(size, nbytes, stream)
+        self.allocated += chunk.size
+        self.peak_allocated = max(self.peak_allocated, self.allocated)
+        self.num_allocs += 1
+        b = _AllocBlock(chunk.seg.handle, chunk.offset, nbytes, self.index, stream, self)
+        b.chunk = chunk
+        return b
+
+    def _take(self, size, nbytes, stream):
         small = size <= SMALL_LIMIT
         chunk = self._best_fit(stream, small, size)
         if chunk is None:
@@ -87,12 +106,7 @@ class CachingAllocator:
         self._split(chunk, size, stream, small)
         chunk.free = False
         chunk.seg.live += 1
-        self.allocated += chunk.size
-        self.peak_allocated = max(self.peak_allocated, self.allocated)
-        self.num_allocs += 1
-        b = _AllocBlock(chunk.seg.handle, chunk.offset, nbytes, self.index, stream, self)
-        b.chunk = chunk
-        return b
+        return chunk
 
     def release(self, block: Block) -> None:
         """Called from ``Block.__del__``; only queues the chunk (safe from any thread)."""
@@ -101,6 +115,9 @@ class CachingAllocator:
     def empty_cache(self) -> int:
         """Return wholly free segments to the runtime; returns the bytes released."""
         self._drain()
+        for lst in self._quick.values():
+            while lst:
+                self._merge_free(lst.pop())
         freed = 0
         keep = []
         for seg in self._segments:
@@ -200,11 +217,17 @@ class CachingAllocator:
             self._free_chunk(chunk)
 
     def _free_chunk(self, chunk):
+        self.allocated -= chunk.size
+        if chunk.size <= QUICK_LIMIT:
+            self._quick[(chunk.seg.stream, chunk.size)].append(chunk)
+        else:
+            self._merge_free(chunk)
+
+    def _merge_free(self, chunk):
         seg = chunk.seg
         small = seg.small
         chunk.free = True
         seg.live -= 1
-        self.allocated -= chunk.size
         for nb in (chunk.prev, chunk.next):
             if nb is not None and nb.free:
                 self._remove_free(seg.stream, small, nb)
