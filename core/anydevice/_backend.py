@@ -192,11 +192,11 @@ class Backend:
     def empty(self, index: int, shape: tuple, dtype):
         if self.own_storage:
             return self.runtime.empty(self.phys(index), shape, dtype)
-        n = 1
+        n = dtype.itemsize
         for s in shape:
             n *= s
-        blk = self.allocators[index].allocate(max(n * dtype.itemsize, 1), self.current_stream(index).handle)
-        return DeviceArray(blk, tuple(shape), dtype)
+        stream = self._streams[index] or self._default[index] or self.default_stream(index)
+        return DeviceArray(self.allocators[index].allocate(n or 1, stream.handle), shape, dtype)
 
     def from_host(self, index: int, arr: np.ndarray, dtype):
         self.check_dtype(index, dtype)
@@ -244,6 +244,8 @@ class Backend:
             return out
         if dst_backend is self and self.own_storage and src_index == dst_index:
             return buf
+        if dst_backend is self and self.own_storage and self.has("copy_peer"):
+            return self.runtime.copy_peer(buf, self.phys(src_index), self.phys(dst_index))
         host = self.to_host(buf, src_index, shape, dtype)
         return dst_backend.from_host(dst_index, host, dtype)
 

@@ -69,6 +69,7 @@ class CachingAllocator:
     def __init__(self, runtime, index: int, device_name: str):
         self.runtime, self.index, self.device_name = runtime, index, device_name
         self.align = max(int(getattr(runtime, "alignment", 256)), 1)
+        self._gran = max(self.align, 512)
         self._free: dict = collections.defaultdict(list)  # (stream, small) -> sorted [(size, id, chunk)]
         self._segments: list[_Segment] = []
         self._pending = collections.deque()  # chunks released by __del__, merged lazily
@@ -88,7 +89,8 @@ class CachingAllocator:
         else:
             chunk = self._take(size, nbytes, stream)
         self.allocated += chunk.size
-        self.peak_allocated = max(self.peak_allocated, self.allocated)
+        if self.allocated > self.peak_allocated:
+            self.peak_allocated = self.allocated
         self.num_allocs += 1
         b = _AllocBlock(chunk.seg.handle, chunk.offset, nbytes, self.index, stream, self)
         b.chunk = chunk
@@ -145,8 +147,8 @@ class CachingAllocator:
 
     # --- internals --------------------------------------------------------------------
     def _round(self, n: int) -> int:
-        a = max(self.align, 512)
-        return max(a, -(-n // a) * a)
+        a = self._gran
+        return -(-n // a) * a if n > a else a
 
     @staticmethod
     def _round_large(n: int) -> int:

@@ -17,6 +17,7 @@ Optional methods and the core's substitute when absent:
 ``copy_d2d(index, dst, dst_off, src, src_off, n)``    stage through host memory
 ``copy_p2p(dst_index, dst, dst_off, src_index,        stage through host memory
 src, src_off, n)``
+``copy_peer(buf, src_index, dst_index) -> buffer``    own-storage runtimes: stage through host memory
 ``memset(index, handle, offset, byte, nbytes)``       fill on the host, then ``copy_h2d``
 ``create_stream(index)`` / ``destroy_stream(s)``      one default stream per device (handle None)
 ``synchronize_stream(index, s)``                      ``synchronize(index)``
@@ -129,7 +130,8 @@ class DeviceArray:
 
 
 class KernelContext:
-    """First argument of every kernel: which runtime and device index it runs on."""
+    """First argument of every kernel: the runtime, the *physical* device index the runtime
+    knows (``index``), and the user-visible :class:`~anydevice.devices.Device` (``device``)."""
 
     __slots__ = ("runtime", "index", "device", "_backend")
 
@@ -139,11 +141,11 @@ class KernelContext:
     @property
     def stream(self):
         """The runtime's handle of the current stream on this device (None: default stream)."""
-        return self._backend.current_stream(self.index).handle
+        return self._backend.current_stream(self.device.index).handle
 
     def empty(self, shape: tuple, dtype: DType):
         """Allocate an output buffer on this device."""
-        return self._backend.empty(self.index, tuple(shape), dtype)
+        return self._backend.empty(self.device.index, tuple(shape), dtype)
 
 
 class Kernel(NamedTuple):
