@@ -1,0 +1,269 @@
+"""The OpenCL runtime: devices, memory (``cl.Buffer``), queues as streams, markers as events,
+and the program cache (in memory, and on disk keyed by source hash and device).
+
+Device indices run over every platform's devices in platform order, then device order, after
+the filters ``ANYDEVICE_OPENCL_PLATFORM`` (substring of the platform name or vendor,
+case-insensitive) and ``ANYDEVICE_OPENCL_DEVICE_TYPE`` (``cpu``, ``gpu``, ``accelerator`` or
+``all``). ``ANYDEVICE_OPENCL_VISIBLE_DEVICES`` (handled by the core) then picks among those.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+
+import numpy as np
+import pyopencl as cl
+
+from anydevice import dtypes as _dt
+from anydevice.backend import Runtime
+from anydevice.errors import DeviceUnavailableError
+
+from . import codegen
+
+PLATFORM_ENV = "ANYDEVICE_OPENCL_PLATFORM"
+DEVICE_TYPE_ENV = "ANYDEVICE_OPENCL_DEVICE_TYPE"
+CACHE_ENV = "ANYDEVICE_OPENCL_CACHE_DIR"
+BUILD_OPTIONS = ("-cl-fp32-correctly-rounded-divide-sqrt",)
+_TYPES = {"cpu": cl.device_type.CPU, "gpu": cl.device_type.GPU, "accelerator": cl.device_type.ACCELERATOR}
+
+
+def discover() -> list:
+    """The usable ``cl.Device`` objects, in index order; DeviceUnavailableError says why none."""
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error as e:
+        platforms, err = [], e
+    else:
+        err = None
+    if not platforms:
+        raise DeviceUnavailableError(
+            "pyopencl found no OpenCL platform" + (f" ({err})" if err else "")
+            + ": pip install pocl-binary-distribution (a CPU implementation) or install your GPU vendor's OpenCL ICD"
+        )
+    want = os.environ.get(PLATFORM_ENV, "").strip().lower()
+    kind = os.environ.get(DEVICE_TYPE_ENV, "all").strip().lower() or "all"
+    if kind != "all" and kind not in _TYPES:
+        raise DeviceUnavailableError(f"{DEVICE_TYPE_ENV}={kind!r} is not one of cpu, gpu, accelerator, all")
+    names = [f"{p.name} ({p.vendor})" for p in platforms]
+    chosen = [p for p in platforms if not want or want in p.name.lower() or want in p.vendor.lower()]
+    if not chosen:
+        raise DeviceUnavailableError(f"{PLATFORM_ENV}={want!r} matches no OpenCL platform; found: {', '.join(names)}")
+    devices = []
+    for p in chosen:
+        try:
+            devices += [d for d in p.get_devices() if kind == "all" or d.type & _TYPES[kind]]
+        except cl.Error:  # a platform with no device of any type raises DEVICE_NOT_FOUND
+            continue
+    if not devices:
+        raise DeviceUnavailableError(f"no OpenCL device of type {kind!r} on platform(s) {', '.join(names)}")
+    return devices
+
+
+class _Event:
+    """A marker event slot: ``record_event`` fills it."""
+
+    __slots__ = ("cl",)
+
+    def __init__(self):
+        self.cl = None
+
+
+class ProgramCache:
+    """Builds OpenCL programs once: memory dict → disk (``<dir>/<sha256>.bin``) → compile.
+
+    The disk key hashes the source, build options, platform, device and driver versions.
+    ``ANYDEVICE_OPENCL_CACHE_DIR`` moves the folder (default ``~/.cache/anydevice/opencl``);
+    set it to ``off`` to disable the disk cache.
+    """
+
+    def __init__(self):
+        self.kernels: dict = {}
+        self.stats = {"memory_hits": 0, "disk_hits": 0, "builds": 0}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def folder() -> str | None:
+        d = os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "anydevice", "opencl")
+        return None if d.lower() in ("off", "0", "none") else d
+
+    def kernel(self, ctx: cl.Context, dev: cl.Device, key, make_source, name: str = "k") -> cl.Kernel:
+        """The kernel ``name`` of the program ``make_source()`` (called only on a miss) for ``key``."""
+        k = self.kernels.get((dev.int_ptr, key))
+        if k is not None:
+            self.stats["memory_hits"] += 1
+            return k
+        with self._lock:
+            src = make_source()
+            prg = self._program(ctx, dev, src)
+            k = self.kernels[(dev.int_ptr, key)] = getattr(prg, name)
+        return k
+
+    def _program(self, ctx, dev, src: str) -> cl.Program:
+        opts = list(BUILD_OPTIONS)
+        ident = "\n".join([src, " ".join(opts), dev.platform.name, dev.platform.version, dev.name,
+                           dev.driver_version, cl.VERSION_TEXT])
+        folder = self.folder()
+        path = os.path.join(folder, hashlib.sha256(ident.encode()).hexdigest() + ".bin") if folder else None
+        if path and os.path.exists(path):
+            try:
+                with open(path, "rb") as f:
+                    prg = cl.Program(ctx, [dev], [f.read()]).build(options=opts)
+                self.stats["disk_hits"] += 1
+                return prg
+            except (cl.Error, OSError):
+                pass  # stale or foreign binary: rebuild from source below
+        try:
+            prg = cl.Program(ctx, src).build(options=opts, devices=[dev], cache_dir=False)
+        except cl.RuntimeError as e:
+            raise RuntimeError(f"opencl: the generated kernel failed to compile on {dev.name}: {e}\n{src}") from e
+        self.stats["builds"] += 1
+        if path:
+            try:
+                os.makedirs(folder, exist_ok=True)
+                tmp = f"{path}.{os.getpid()}.tmp"
+                with open(tmp, "wb") as f:
+                    f.write(prg.get_info(cl.program_info.BINARIES)[0])
+                os.replace(tmp, path)
+            except OSError:
+                pass
+        return prg
+
+
+class OpenClRuntime(Runtime):
+    """One ``cl.Context`` and one default in-order queue per device; streams are extra queues."""
+
+    alignment = 256
+
+    def __init__(self):
+        self.devices = discover()
+        self.contexts = [cl.Context([d]) for d in self.devices]
+        props = cl.command_queue_properties.PROFILING_ENABLE
+        self.queues = [cl.CommandQueue(c, d, properties=props) for c, d in zip(self.contexts, self.devices)]
+        self.streams = [{} for _ in self.devices]  # id -> queue created by create_stream
+        self.allocated = [0] * len(self.devices)
+        self.programs = ProgramCache()
+
+    # --- devices ---------------------------------------------------------------------------
+    def device_count(self) -> int:
+        return len(self.devices)
+
+    def queue(self, index: int, stream=None) -> cl.CommandQueue:
+        return stream if stream is not None else self.queues[index]
+
+    def properties(self, index: int) -> dict:
+        d = self.devices[index]
+        return {
+            "name": d.name.strip(), "vendor": d.vendor.strip(), "platform": d.platform.name,
+            "device_type": cl.device_type.to_string(d.type), "opencl_version": d.version,
+            "driver_version": d.driver_version, "compute_units": d.max_compute_units,
+            "max_clock_mhz": d.max_clock_frequency, "total_memory": d.global_mem_size,
+            "max_allocation": d.max_mem_alloc_size, "local_memory": d.local_mem_size,
+            "max_work_group_size": d.max_work_group_size,
+            "extensions": sorted(d.extensions.split()),
+        }
+
+    def memory_info(self, index: int):
+        """OpenCL cannot query free memory: free = total − what this process allocated."""
+        total = self.devices[index].global_mem_size
+        return (max(total - self.allocated[index], 0), total)
+
+    def dtypes(self, index: int):
+        """bool, integers, float16, bfloat16, float32 everywhere; float64 with cl_khr_fp64; no complex."""
+        out = [d for d in _dt.ALL_DTYPES if d.name in codegen.CTYPES]
+        if not self.has_fp64(index):
+            out.remove(_dt.float64)
+        return out
+
+    def has_fp64(self, index: int) -> bool:
+        return "cl_khr_fp64" in self.devices[index].extensions.split()
+
+    # --- memory ----------------------------------------------------------------------------
+    def malloc(self, index: int, nbytes: int):
+        d = self.devices[index]
+        if nbytes > d.max_mem_alloc_size:
+            raise MemoryError(f"{nbytes} bytes exceed the device's largest allocation ({d.max_mem_alloc_size} bytes)")
+        try:
+            buf = cl.Buffer(self.contexts[index], cl.mem_flags.READ_WRITE, nbytes)
+        except cl.Error as e:
+            raise MemoryError(str(e)) from e
+        self.allocated[index] += nbytes
+        return buf
+
+    def free(self, index: int, handle) -> None:
+        self.allocated[index] -= handle.size
+        handle.release()
+
+    def _after_streams(self, index: int) -> None:
+        """Order a default-queue transfer after work on the other queues (nothing to do without streams)."""
+        for q in list(self.streams[index].values()):
+            q.finish()
+
+    def copy_h2d(self, index, dst, offset, src) -> None:
+        self._after_streams(index)
+        cl.enqueue_copy(self.queues[index], dst, src, dst_offset=offset, is_blocking=True)
+
+    def copy_d2h(self, index, dst, src, offset) -> None:
+        self._after_streams(index)
+        cl.enqueue_copy(self.queues[index], dst, src, src_offset=offset, is_blocking=True)
+
+    def copy_h2d_async(self, index, dst, offset, src, stream) -> None:
+        cl.enqueue_copy(self.queue(index, stream), dst, src, dst_offset=offset, is_blocking=False)
+
+    def copy_d2h_async(self, index, dst, src, offset, stream) -> None:
+        cl.enqueue_copy(self.queue(index, stream), dst, src, src_offset=offset, is_blocking=False)
+
+    def copy_d2d(self, index, dst, dst_off, src, src_off, n, stream=None) -> None:
+        cl.enqueue_copy(self.queue(index, stream), dst, src, dst_offset=dst_off, src_offset=src_off, byte_count=n)
+
+    def memset(self, index, handle, offset, byte, nbytes, stream=None) -> None:
+        cl.enqueue_fill_buffer(self.queue(index, stream), handle, np.uint8(byte), offset, nbytes)
+
+    def fill(self, index, handle, offset, pattern: np.ndarray, nbytes, stream=None) -> None:
+        cl.enqueue_fill_buffer(self.queue(index, stream), handle, pattern, offset, nbytes)
+
+    def synchronize(self, index: int) -> None:
+        self.queues[index].finish()
+        self._after_streams(index)
+
+    # --- streams and events ----------------------------------------------------------------
+    def create_stream(self, index: int):
+        q = cl.CommandQueue(self.contexts[index], self.devices[index],
+                            properties=cl.command_queue_properties.PROFILING_ENABLE)
+        self.streams[index][id(q)] = q
+        return q
+
+    def destroy_stream(self, index: int, stream) -> None:
+        stream.finish()
+        self.streams[index].pop(id(stream), None)
+
+    def synchronize_stream(self, index: int, stream) -> None:
+        self.queue(index, stream).finish()
+
+    def query_stream(self, index: int, stream) -> bool:
+        ev = cl.enqueue_marker(self.queue(index, stream))
+        self.queue(index, stream).flush()
+        return ev.command_execution_status == cl.command_execution_status.COMPLETE
+
+    def create_event(self, index: int):
+        return _Event()
+
+    def record_event(self, index: int, event: _Event, stream) -> None:
+        event.cl = cl.enqueue_marker(self.queue(index, stream))
+        self.queue(index, stream).flush()
+
+    def synchronize_event(self, index: int, event: _Event) -> None:
+        if event.cl is not None:
+            event.cl.wait()
+
+    def query_event(self, index: int, event: _Event) -> bool:
+        return event.cl is None or event.cl.command_execution_status == cl.command_execution_status.COMPLETE
+
+    def stream_wait_event(self, index: int, stream, event: _Event) -> None:
+        if event.cl is not None:
+            cl.enqueue_barrier(self.queue(index, stream), wait_for=[event.cl])
+
+    def elapsed_time(self, index: int, start: _Event, end: _Event) -> float:
+        """Milliseconds between two recorded markers (device profiling clock)."""
+        end.cl.wait()
+        return (end.cl.profile.end - start.cl.profile.end) * 1e-6

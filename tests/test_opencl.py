@@ -1,0 +1,413 @@
+"""The OpenCL backend against numpy: every native kernel, its dtypes, broadcasting, reductions,
+matmul, movement ops, the program cache, dtype refusal, streams and events.
+
+Runs on whatever OpenCL device comes first (PoCL's CPU device in CI). Primitives run with
+``ANYDEVICE_FALLBACK=error`` so a silent CPU fallback cannot pass a test.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pyopencl", reason="pyopencl is not installed (pip install anydevice-opencl[pocl])")
+
+import anydevice as ad  # noqa: E402
+from anydevice import dispatch  # noqa: E402
+from anydevice.device import Event, Stream, stream_guard  # noqa: E402
+
+_reason = ad.device.unavailable_reason("opencl")
+if _reason:
+    pytest.skip(f"no usable OpenCL device: {_reason}", allow_module_level=True)
+
+import ml_dtypes  # noqa: E402
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+RNG = np.random.default_rng(0)
+FLOATS = ["float32", "float64", "float16", "bfloat16"]
+TOL = {"float16": (2e-3, 1e-3), "bfloat16": (1.6e-2, 1e-2), "float32": (2e-6, 1e-6), "float64": (1e-12, 1e-12)}
+
+
+@pytest.fixture(autouse=True)
+def _no_fallback():
+    old = dispatch.set_fallback_mode("error")
+    yield
+    dispatch.set_fallback_mode(old)
+
+
+def npd(name):
+    return BF16 if name == "bfloat16" else np.dtype(name)
+
+
+def kind(name) -> str:
+    return "f" if name == "bfloat16" else npd(name).kind
+
+
+def on(a, dtype=None):
+    a = np.asarray(a)
+    return ad.asarray(a if dtype is None else a.astype(npd(dtype)), device="opencl")
+
+
+def ref_op(fn, *xs):
+    """numpy's result; 16-bit floats computed in float32 and rounded once, as numpy does."""
+    d = xs[0].dtype
+    if d in (np.float16, BF16):
+        r = fn(*[x.astype(np.float32) for x in xs])
+        return r.astype(d) if r.dtype == np.float32 else r
+    with np.errstate(all="ignore"):
+        return fn(*xs)
+
+
+def check(got, want, dtype=None):
+    got = got.numpy() if hasattr(got, "numpy") else np.asarray(got)
+    want = np.asarray(want)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    if want.dtype.kind == "f" or want.dtype == BF16:
+        assert got.dtype == want.dtype, (got.dtype, want.dtype)
+        rtol, atol = TOL[str(want.dtype)]
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True)
+    else:
+        assert got.dtype == want.dtype, (got.dtype, want.dtype)
+        np.testing.assert_array_equal(got, want)
+
+
+def sample(dtype, shape, domain=None):
+    d = npd(dtype)
+    if d == np.bool_:
+        return RNG.random(shape) < 0.5
+    if d.kind in "iu":
+        info = np.iinfo(d)
+        lo, hi = (max(info.min, -50), min(info.max, 50)) if domain != "wide" else (info.min, info.max)
+        return RNG.integers(lo, hi, size=shape, endpoint=True).astype(d)
+    x = RNG.standard_normal(shape) * 3
+    if domain == "positive":
+        x = np.abs(x) + 0.1
+    return x.astype(d)
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+UNARY = {
+    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos,
+    "erf": lambda x: _erf(x).astype(x.dtype), "floor": np.floor, "round": np.round, "abs": np.abs,
+    "negative": np.negative,
+}
+BINARY = {
+    "add": np.add, "multiply": np.multiply, "divide": np.divide, "pow": np.power, "maximum": np.maximum,
+    "minimum": np.minimum, "remainder": np.remainder, "floor_divide": np.floor_divide, "equal": np.equal,
+    "less": np.less, "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
+    "bitwise_left_shift": np.left_shift, "bitwise_right_shift": np.right_shift,
+}
+INT_OPS = {"floor", "round", "abs", "negative", "add", "multiply", "pow", "maximum", "minimum", "remainder",
+           "floor_divide", "equal", "less", "bitwise_and", "bitwise_or", "bitwise_xor",
+           "bitwise_left_shift", "bitwise_right_shift"}
+FLOAT_OPS = set(UNARY) | {"add", "multiply", "divide", "pow", "maximum", "minimum", "remainder", "floor_divide",
+                          "equal", "less"}
+
+
+UNARY_CASES = ([(op, "float32") for op in sorted(UNARY)] + [(op, "int32") for op in ("abs", "floor", "negative", "round")]
+               + [(op, d) for op in ("exp", "round") for d in ("float64", "float16", "bfloat16")])
+
+
+@pytest.mark.parametrize("op,dtype", UNARY_CASES)
+def test_unary(op, dtype):
+    x = sample(dtype, (3, 37), "positive" if op in ("log", "sqrt") else None)
+    if kind(dtype) == "f":
+        x[0, :4] = np.array([0.5, 1.5, 2.5, -2.5], dtype=x.dtype)  # round half to even
+    check(getattr(ad, op)(on(x)), ref_op(UNARY[op], x))
+
+
+def _binary_inputs(op, dtype, shape1=(4, 33), shape2=(4, 33)):
+    a, b = sample(dtype, shape1), sample(dtype, shape2)
+    if op == "pow":
+        if kind(dtype) in "iu":
+            a, b = sample(dtype, shape1) % 5, np.abs(sample(dtype, shape2)) % 4
+        else:
+            a = np.abs(a) + 0.1
+    if op in ("bitwise_left_shift", "bitwise_right_shift"):
+        bits = npd(dtype).itemsize * 8
+        b = (np.arange(np.prod(shape2)).reshape(shape2) % (bits + 3)).astype(npd(dtype))  # includes >= width
+    return a, b
+
+
+BINARY_CASES = ([(op, "float32") for op in sorted(BINARY) if op in FLOAT_OPS]
+                + [(op, "int32") for op in sorted(BINARY) if op in INT_OPS]
+                + [(op, "bool") for op in ("equal", "less", "bitwise_and", "bitwise_or", "bitwise_xor")]
+                + [(op, d) for op in ("multiply", "floor_divide", "remainder", "maximum")
+                   for d in ("float64", "float16", "bfloat16")]
+                + [(op, d) for op in ("floor_divide", "remainder", "bitwise_left_shift", "bitwise_right_shift")
+                   for d in ("int8", "uint8", "uint32", "int64")])
+
+
+@pytest.mark.parametrize("op,dtype", BINARY_CASES)
+def test_binary(op, dtype):
+    k = kind(dtype)
+    a, b = _binary_inputs(op, dtype)
+    if op in ("remainder", "floor_divide") and k in "fiu":
+        b.flat[:3] = 0  # numpy: integers give 0, floats give nan/inf
+    if op in ("remainder", "floor_divide", "divide") and k == "f":
+        a.flat[3:6] = np.array([-0.0, 7.0, -7.0], dtype=a.dtype)
+        b.flat[3:6] = np.array([3.0, -2.0, 2.0], dtype=a.dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check(getattr(ad, op)(on(a), on(b)), ref_op(BINARY[op], a, b))
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                                   "float16", "bfloat16", "float32", "float64"])
+def test_every_dtype(dtype):
+    a, b = sample(dtype, (2, 9)), sample(dtype, (2, 9))
+    check(ad.equal(on(a), on(b)), np.equal(a, b))
+    if dtype != "bool":
+        check(ad.add(on(a), on(b)), ref_op(np.add, a, b))
+
+
+def test_integer_division_edges():
+    a = np.array([-128, -128, 7, -7, 7, -7, 0], np.int8)
+    b = np.array([-1, 1, -2, 2, 0, -3, 5], np.int8)
+    with np.errstate(all="ignore"):
+        check(ad.floor_divide(on(a), on(b)), np.floor_divide(a, b))
+        check(ad.remainder(on(a), on(b)), np.remainder(a, b))
+    big = np.array([np.iinfo(np.int64).min, 2**62, -(2**40)], np.int64)
+    check(ad.floor_divide(on(big), on(np.array([-1, 3, 7], np.int64))), np.floor_divide(big, [-1, 3, 7]))
+
+
+@pytest.mark.parametrize("shapes", [((4, 1, 5), (3, 1)), ((1,), (2, 3)), ((2, 3, 4), (4,)), ((), (3, 2)),
+                                    ((5, 1, 1, 6), (1, 4, 3, 1))])
+def test_broadcasting(shapes):
+    a, b = sample("float32", shapes[0]), sample("float32", shapes[1])
+    check(ad.add(on(a), on(b)), a + b)
+    check(ad.maximum(on(b), on(a)), np.maximum(b, a))
+
+
+def test_python_scalars_and_nan_propagation():
+    x = np.array([1.0, np.nan, -np.inf, 3.0, -0.0], np.float32)
+    y = np.array([np.nan, 2.0, 1.0, 3.0, 0.0], np.float32)
+    check(ad.maximum(on(x), on(y)), np.maximum(x, y))
+    check(ad.minimum(on(x), on(y)), np.minimum(x, y))
+    check(on(x) * 2.0 + 1.0, x * np.float32(2.0) + np.float32(1.0))
+
+
+def test_where():
+    c = RNG.random((3, 4)) < 0.5
+    a, b = sample("int16", (3, 4)), sample("int16", (1, 4))
+    check(ad.where(on(c), on(a), on(b)), np.where(c, a, b))
+    f = sample("bfloat16", (4,))
+    check(ad.where(on(c), on(f), on(f[:1])), np.where(c, f, f[:1]))
+
+
+ASTYPE_CASES = ([(s, d) for s in ("float64", "float16", "bfloat16", "int8", "int64", "uint16", "bool")
+                 for d in ("float32", "int32", "bool")]
+                + [("float32", d) for d in ("float16", "bfloat16", "float64", "int64", "uint8", "int8")]
+                + [("float64", "float16"), ("bfloat16", "float16"), ("int64", "float64"), ("bool", "bfloat16")])
+
+
+@pytest.mark.parametrize("src,dst", ASTYPE_CASES)
+def test_astype(src, dst):
+    x = sample(src, (50,))
+    if kind(src) == "f":
+        x[:6] = np.array([2.7, -2.7, 0.5, -0.0, 1e4, 3.25], dtype=x.dtype)  # float -> int truncates toward 0
+        if kind(dst) in "iu":  # out-of-range float -> int is undefined: stay in range
+            x = np.clip(x.astype(np.float32), 0 if kind(dst) == "u" else -100, 100).astype(x.dtype)
+    check(ad.astype(on(x), dst), x.astype(npd(dst)))
+
+
+# --- reductions ------------------------------------------------------------------------------------
+AXES = [None, 0, 1, 2, (0, 2), (0, 1), (1, 2), ()]
+
+
+@pytest.mark.parametrize("axis,dtype", [(a, "float32") for a in AXES] + [(a, "int32") for a in (None, 1, (0, 2))])
+def test_reductions_axes(axis, dtype):
+    x = sample(dtype, (5, 6, 7))
+    for name, fn in (("sum", np.sum), ("prod", np.prod), ("max", np.max), ("min", np.min)):
+        if name == "prod":
+            x = (x % 3 + 1).astype(x.dtype) if dtype == "int32" else (np.abs(x) % 1.5 + 0.5).astype(x.dtype)
+        got = getattr(ad, name)(on(x), axis=axis, keepdims=axis == (0, 2))
+        want = fn(x.astype(np.int64) if dtype == "int32" and name in ("sum", "prod") else x, axis=axis,
+                  keepdims=axis == (0, 2))
+        if dtype == "float32" and name in ("sum", "prod"):
+            np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+        else:
+            check(got, want)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "uint8", "int64"])
+def test_argmax_argmin(dtype):
+    x = sample(dtype, (6, 9))
+    x[2, 3] = x[2, 7] = x.max()  # ties pick the first index
+    for axis in (None, 0, 1):
+        check(ad.argmax(on(x), axis=axis), np.argmax(x, axis=axis))
+        check(ad.argmin(on(x), axis=axis, keepdims=True), np.argmin(x, axis=axis, keepdims=True))
+
+
+def test_reduction_nan_and_empty():
+    x = np.array([[1.0, np.nan, 3.0], [np.nan, 5.0, np.nan], [1.0, 2.0, 0.0]], np.float32)
+    check(ad.max(on(x), axis=1), np.max(x, axis=1))
+    check(ad.min(on(x), axis=0), np.min(x, axis=0))
+    check(ad.argmax(on(x), axis=1), np.argmax(x, axis=1))
+    e = np.zeros((3, 0), np.float32)
+    check(ad.sum(on(e), axis=1), np.sum(e, axis=1))
+    check(ad.prod(on(e), axis=1), np.prod(e, axis=1))
+
+
+def test_long_reductions_two_stage():
+    x = RNG.standard_normal(300_001).astype(np.float32)
+    np.testing.assert_allclose(ad.sum(on(x)).numpy(), x.astype(np.float64).sum(), rtol=1e-5, atol=1e-3)
+    check(ad.max(on(x)), x.max())
+    i = RNG.integers(-1000, 1000, size=(2, 70_000)).astype(np.int64)
+    check(ad.sum(on(i), axis=1), i.sum(axis=1))
+    h = RNG.random(40_000).astype(np.float16)
+    np.testing.assert_allclose(float(ad.sum(on(h)).numpy()), h.astype(np.float64).sum(), rtol=2e-3)
+    b = RNG.random((3, 20_000)) < 0.5
+    check(ad.sum(on(b), axis=1), b.sum(axis=1))
+
+
+# --- matmul ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("shapes", [((5, 7), (7, 3)), ((33, 17), (17, 45)), ((2, 3, 20), (20, 5)),
+                                    ((2, 1, 3, 4), (1, 5, 4, 6)), ((4,), (4, 3)), ((3, 4), (4,)), ((4,), (4,)),
+                                    ((3, 0), (0, 2)), ((64, 64), (64, 64))])
+def test_matmul_float32(shapes):
+    a, b = sample("float32", shapes[0]), sample("float32", shapes[1])
+    np.testing.assert_allclose(ad.matmul(on(a), on(b)).numpy(), a @ b, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float64", "bfloat16"])
+def test_matmul_dtypes(dtype):
+    a, b = sample(dtype, (19, 23)), sample(dtype, (23, 18))
+    want = (a.astype(np.float32) @ b.astype(np.float32)).astype(BF16) if dtype == "bfloat16" else a @ b
+    if dtype == "bfloat16":
+        np.testing.assert_allclose(ad.matmul(on(a), on(b)).numpy().astype(np.float32), want.astype(np.float32),
+                                   rtol=2e-2, atol=2e-1)
+    else:
+        check(ad.matmul(on(a), on(b)), want)
+
+
+# --- movement and creation ---------------------------------------------------------------------------
+def test_reshape_shares_the_block():
+    x = on(sample("float32", (4, 6)))
+    y = ad.reshape(x, (2, 12))
+    assert y._buf.block is x._buf.block
+    check(y, x.numpy().reshape(2, 12))
+
+
+def test_permute_broadcast_getitem():
+    x = sample("int16", (3, 4, 5))
+    check(ad.permute_dims(on(x), (2, 0, 1)), np.transpose(x, (2, 0, 1)))
+    check(ad.broadcast_to(on(x[:, :1]), (2, 3, 4, 5)), np.broadcast_to(x[:, :1], (2, 3, 4, 5)))
+    t = on(x)
+    for key in [(1,), (slice(None, None, -1), 2), (Ellipsis, slice(1, 4, 2)), (None, 0, slice(None), None),
+                (slice(5, 1, -2), slice(None), -1), (slice(2, 2),)]:
+        check(t[key], x[key])
+    h = sample("float16", (4, 5))
+    check(on(h)[::2, ::-1], h[::2, ::-1])
+
+
+def test_setitem():
+    x = sample("float32", (4, 5))
+    t = on(x)
+    t[1:3, ::2] = on(np.float32([7, 8, 9]))
+    t[0] = 5.0
+    t[..., -1] = on(np.arange(4, dtype=np.float32))
+    want = x.copy()
+    want[1:3, ::2] = [7, 8, 9]
+    want[0] = 5.0
+    want[..., -1] = np.arange(4)
+    check(t, want)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, None])
+def test_concat(axis):
+    xs = [sample("uint8", (2, 3, 4)), sample("uint8", (2, 3, 4)), sample("uint8", (2, 3, 4))]
+    if axis is not None:
+        shp = list(xs[1].shape)
+        shp[axis] = 1
+        xs[1] = sample("uint8", tuple(shp))
+    want = np.concatenate([x.reshape(-1) for x in xs]) if axis is None else np.concatenate(xs, axis=axis)
+    check(ad.concat([on(x) for x in xs], axis=axis), want)
+
+
+def test_take():
+    x = sample("float64", (4, 6))
+    idx = np.array([0, -1, 3, 3], np.int64)
+    check(ad.take(on(x), on(idx), axis=1), np.take(x, idx, axis=1))
+    check(ad.take(on(x), on(idx.astype(np.int32)), axis=0), np.take(x, idx, axis=0))
+    with pytest.raises(IndexError, match="out of range"):
+        ad.take(on(x), on(np.array([0, 9], np.int64)), axis=1).numpy()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int64", "bool", "float16", "bfloat16", "uint8"])
+def test_full_and_arange(dtype):
+    value = True if dtype == "bool" else 3 if npd(dtype).kind in "iu" else 2.5
+    check(ad.full((3, 5), value, dtype=dtype, device="opencl"), np.full((3, 5), value, dtype=npd(dtype)))
+    if dtype != "bool":
+        check(ad.arange(2, 17, 3, dtype=dtype, device="opencl"), np.arange(2, 17, 3).astype(npd(dtype)))
+    check(ad.arange(0.5, 3.0, 0.25, device="opencl"), (0.5 + 0.25 * np.arange(10)).astype(np.float32))
+
+
+# --- runtime: cache, dtypes, streams -------------------------------------------------------------------
+def test_program_cache_memory_and_disk(tmp_path, monkeypatch):
+    monkeypatch.setenv("ANYDEVICE_OPENCL_CACHE_DIR", str(tmp_path))
+    progs = ad.device.get_backend("opencl").runtime.programs
+    x = on(np.arange(10, dtype=np.int16))
+    saved = dict(progs.kernels)
+    try:
+        progs.kernels.clear()
+        before = dict(progs.stats)
+        check(x * x, np.arange(10, dtype=np.int16) ** 2)
+        assert progs.stats["builds"] == before["builds"] + 1 and list(tmp_path.glob("*.bin"))
+        check(x * x, np.arange(10, dtype=np.int16) ** 2)
+        assert progs.stats["memory_hits"] > before["memory_hits"]
+        progs.kernels.clear()  # a new process: memory empty, disk warm
+        check(x * x, np.arange(10, dtype=np.int16) ** 2)
+        assert progs.stats["disk_hits"] == before["disk_hits"] + 1
+        assert progs.stats["builds"] == before["builds"] + 1
+    finally:
+        progs.kernels.update(saved)
+
+
+def test_dtype_support_and_refusal(monkeypatch):
+    be = ad.device.get_backend("opencl")
+    names = {d.name for d in be.runtime.dtypes(0)}
+    assert {"bool", "int8", "uint64", "float16", "bfloat16", "float32"} <= names
+    assert not names & {"complex64", "complex128"}
+    assert ("float64" in names) == ("cl_khr_fp64" in be.runtime.devices[0].extensions)
+    with pytest.raises(TypeError, match="does not support dtype complex64"):
+        ad.asarray(np.ones(3, np.complex64), device="opencl")
+    monkeypatch.setattr(type(be.runtime), "has_fp64", lambda self, i: False)
+    assert "float64" not in {d.name for d in be.runtime.dtypes(0)}
+
+
+def test_streams_events_and_properties():
+    d = on(np.ones(4, np.float32)).device
+    props = ad.device.get_device_properties(d)
+    assert props["total_memory"] > 0 and props["compute_units"] >= 1 and "float32" in props["dtypes"]
+    s = Stream(d)
+    start, end = Event(d), Event(d)
+    with stream_guard(s):
+        start.record()
+        y = on(np.arange(1000, dtype=np.float32))
+        z = y * 2.0
+        end.record()
+    end.synchronize()
+    assert end.query() and start.elapsed_time(end) >= 0.0
+    s2 = Stream(d)
+    s2.wait_event(end)
+    s2.synchronize()
+    check(z, np.arange(1000, dtype=np.float32) * 2)
+    free, total = ad.device.get_backend("opencl").memory_info(0)
+    assert 0 <= free <= total
+
+
+def test_environment_hook_and_no_platform(monkeypatch):
+    from anydevice_opencl import plugin, runtime
+
+    env = plugin.anydevice_environment("opencl")
+    assert env["pyopencl"] and env["devices"]
+    monkeypatch.setattr(runtime.cl, "get_platforms", lambda: [])
+    with pytest.raises(ad.DeviceUnavailableError, match="pip install pocl-binary-distribution"):
+        runtime.discover()
+    monkeypatch.undo()
+    monkeypatch.setenv("ANYDEVICE_OPENCL_PLATFORM", "no-such-vendor")
+    with pytest.raises(ad.DeviceUnavailableError, match="matches no OpenCL platform"):
+        runtime.discover()
