@@ -38,6 +38,8 @@ event, stream)`` / ``synchronize_event(index, e)``    when recorded
 """
 from __future__ import annotations
 
+import math
+
 from typing import Any, Callable, Iterable, NamedTuple
 
 import numpy as np
@@ -112,10 +114,7 @@ class DeviceArray:
 
     @property
     def size(self) -> int:
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:

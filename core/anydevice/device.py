@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 
+from . import _backend
 from ._backend import Event, Stream, get_backend
 from .devices import Device, as_device, current_device, device_guard, get_device, set_device
 from .errors import DeviceUnavailableError
@@ -37,11 +38,7 @@ def is_available(device_type: str) -> bool:
 
 def unavailable_reason(device_type: str) -> str | None:
     """Why a device type cannot be used here, or None when it can."""
-    try:
-        get_backend(device_type)
-    except DeviceUnavailableError as e:
-        return str(e)
-    return None
+    return _backend.unavailable_reason(device_type)
 
 
 def get_available_device() -> list[str]:

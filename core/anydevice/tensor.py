@@ -13,6 +13,8 @@ Semantics, identical on every backend:
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import autograd as _ag
@@ -41,10 +43,7 @@ class Tensor:
 
     @property
     def size(self) -> int:
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n
+        return math.prod(self.shape)
 
     @property
     def place(self):

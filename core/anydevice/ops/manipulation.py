@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from .. import dtypes as _dt
-from .registry import broadcast_shapes, define, normalize_axes, normalize_axis
+from .registry import broadcast_shapes, define, normalize_axes, normalize_axis, same
 from .statistical import reduced_shape
 
 
@@ -99,17 +99,6 @@ define("broadcast_to", inputs=("x",), attrs={"shape": ()}, dtype_rule=_same(), c
 
 
 # --- concat / stack ------------------------------------------------------------------------------------
-def _promote_all(cat="all"):
-    def rule(ds, attrs):
-        d = ds[0]
-        for e in ds[1:]:
-            d = _dt.promote(d, e)
-        return d, d
-
-    rule.category = cat
-    return rule
-
-
 def _canon_concat(shapes, attrs):
     shapes = shapes[0]
     axis = attrs["axis"]
@@ -160,7 +149,7 @@ def _vjp_concat(g, i, o, axis):
     return tuple(grads)
 
 
-define("concat", inputs=("*arrays",), attrs={"axis": 0}, dtype_rule=_promote_all(), canon=_canon_concat,
+define("concat", inputs=("*arrays",), attrs={"axis": 0}, dtype_rule=same(), canon=_canon_concat,
        shape_rule=_concat_shape, reference=_concat_ref, vjp=_vjp_concat, category="manipulation")
 
 
@@ -186,7 +175,7 @@ def _stack_shape(shapes, attrs):
     return tuple(out)
 
 
-define("stack", inputs=("*arrays",), attrs={"axis": 0}, dtype_rule=_promote_all(), shape_rule=_stack_shape,
+define("stack", inputs=("*arrays",), attrs={"axis": 0}, dtype_rule=same(), shape_rule=_stack_shape,
        reference=lambda arrays, axis=0: np.stack(arrays, axis=axis), decomposition=_stack, category="manipulation")
 
 
