@@ -1,0 +1,1 @@
+"""NVIDIA CUDA backend for anydevice, built on CuPy. Entry point: ``anydevice_cuda.plugin``."""
