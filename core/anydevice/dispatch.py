@@ -257,6 +257,8 @@ def apply(op, inputs, attrs):
         result, path = _execute(op, inputs, attrs, device, compute, out_shape, out_dtype)
     if not isinstance(result, Tensor):
         result = _wrap(result, out_shape, out_dtype, device)
+    elif path == DECOMPOSED and any(result is t for t in tensors):  # e.g. positive(x) = x: never alias an input
+        result = _wrap(result._buf, result.shape, result.dtype, result.device, result._node if through_decomp else None)
     if needs_grad and not through_decomp:
         _record(op, inputs, attrs, result)
     if t0 is not None:

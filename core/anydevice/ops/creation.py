@@ -145,11 +145,12 @@ def _linspace(start, stop, num, dtype=None, device=None, endpoint=True):
     d = _linspace_rule([], {"dtype": dtype})[1]
     div = (num - 1) if endpoint else num
     step = (stop - start) / div if div > 0 else 0.0
-    i = f.arange(num, dtype=d, device=device)
+    real = {_dt.complex64: _dt.float32, _dt.complex128: _dt.float64}.get(d, d)  # arange is real-valued only
+    i = f.arange(num, dtype=real, device=device)
     out = i * step + start
     if endpoint and num > 1:
         out = f.where(f.equal(i, float(num - 1)), f.full_like(out, stop), out)
-    return out
+    return out if out.dtype is d else f.astype(out, d)
 
 
 def _canon_linspace(shapes, attrs):

@@ -111,6 +111,8 @@ def _sign(x):
     f = F()
     if x.dtype.kind == "uint":
         return f.astype(f.greater(x, 0), x.dtype)
+    if x.dtype.kind == "complex":  # x / |x| (comparisons are real-only)
+        return f.where(f.equal(x, 0), x, x / f.abs(x))
     one, zero = f.ones_like(x), f.zeros_like(x)
     s = f.where(f.greater(x, 0), one, f.where(f.less(x, 0), -one, zero))
     if x.dtype.kind == "float":
@@ -265,6 +267,10 @@ define("where", inputs=("condition", "x1", "x2"), dtype_rule=_where_rule, shape_
 
 def _clip_rule(ds, attrs):
     d = ds[0]
+    for k in ("min", "max"):
+        v = attrs.get(k)
+        if type(v) in (bool, int, float, complex) and not _dt.scalar_dtype_ok(v, d):
+            raise TypeError(f"clip(): {k}={v!r} cannot be combined with a {d.name} tensor (Array API rules)")
     for e in ds[1:]:
         if _dt.promote(d, e) is not d:
             raise TypeError(f"clip(): bounds of dtype {e.name} would change the result dtype {d.name}")

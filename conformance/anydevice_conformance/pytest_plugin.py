@@ -1,0 +1,109 @@
+"""pytest plugin of the conformance suite (entry point ``pytest11``: ``anydevice_conformance``).
+
+Run it with::
+
+    pytest --pyargs anydevice_conformance --anydevice-device=npu [-n auto]
+
+One test per op × dtype × check, with ids like ``npu:0-add-float32-values`` (the ``id`` of the
+JSON report). Known failures are marked xfail by listing their ids, or glob patterns such as
+``npu:0-*-float64-*``, in a file given to ``--anydevice-xfail=FILE`` (one per line, ``#``
+comments) or with ``--anydevice-xfail-id=PATTERN``.
+
+Without ``--anydevice-device`` the plugin does nothing: this module is loaded by every pytest
+run in an environment where anydevice is installed, so it imports nothing heavy.
+"""
+from __future__ import annotations
+
+import fnmatch
+
+import pytest
+
+_CACHE: dict = {}
+
+
+def pytest_addoption(parser):
+    g = parser.getgroup("anydevice", "anydevice conformance suite (pytest --pyargs anydevice_conformance)")
+    g.addoption("--anydevice-device", action="append", default=[], metavar="DEVICE",
+                help="device to check, e.g. npu or npu:1 (repeatable; 'all' = every available device type)")
+    g.addoption("--anydevice-op", action="append", default=[], metavar="NAME", help="only this op (repeatable)")
+    g.addoption("--anydevice-dtype", action="append", default=[], metavar="NAME", help="only this dtype (repeatable)")
+    g.addoption("--anydevice-check", action="append", default=[], metavar="NAME",
+                help="only this check: dtype, shape, values, grad, errors (repeatable)")
+    g.addoption("--anydevice-xfail", action="append", default=[], metavar="FILE",
+                help="file of case ids or glob patterns expected to fail, one per line ('#' starts a comment)")
+    g.addoption("--anydevice-xfail-id", action="append", default=[], metavar="PATTERN",
+                help="a case id or glob pattern expected to fail (repeatable)")
+    g.addoption("--anydevice-xfail-strict", action="store_true",
+                help="a listed case that passes fails the run (to keep the list short)")
+
+
+def read_xfail_file(path) -> list:
+    """Patterns of an xfail file: one id or glob per line; blank lines and ``#`` comments ignored."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.split("#", 1)[0].strip()
+            if line:
+                out.append(line)
+    return out
+
+
+def pytest_generate_tests(metafunc):
+    if "anydevice_case" not in metafunc.fixturenames:
+        return
+    cfg = metafunc.config
+    devices = cfg.getoption("--anydevice-device")
+    if not devices:
+        metafunc.parametrize("anydevice_case", [pytest.param(None, id="no-device", marks=pytest.mark.skip(
+            reason="pass --anydevice-device=TYPE to run the anydevice conformance suite"))])
+        return
+    from . import suite
+    from .runner import case_id, plan
+
+    try:
+        devs = suite.resolve_devices(devices)
+        ops = suite.resolve_ops(cfg.getoption("--anydevice-op"))
+        dtypes = suite.resolve_dtypes(cfg.getoption("--anydevice-dtype"))
+        checks = suite.resolve_checks(cfg.getoption("--anydevice-check"))
+    except Exception as e:  # noqa: BLE001 - a usage error: stop with the message
+        raise pytest.UsageError(f"anydevice conformance: {e}") from None
+    patterns = list(cfg.getoption("--anydevice-xfail-id"))
+    for path in cfg.getoption("--anydevice-xfail"):
+        patterns += read_xfail_file(path)
+    strict = cfg.getoption("--anydevice-xfail-strict")
+    params = []
+    for dev in devs:
+        for op, dtype, check in plan(ops, dtypes, checks):
+            cid = case_id(str(dev), op.name, dtype, check)
+            marks = ()
+            hit = next((p for p in patterns if fnmatch.fnmatchcase(cid, p)), None)
+            if hit is not None:
+                marks = (pytest.mark.xfail(reason=f"listed as a known failure ({hit})", strict=strict),)
+            params.append(pytest.param((str(dev), op.name, dtype, check), id=cid, marks=marks))
+    metafunc.parametrize("anydevice_case", params)
+
+
+def run_case(case) -> None:
+    """Run (or reuse) the checks of one op × dtype and report one of them to pytest."""
+    from anydevice.ops.registry import get_op
+
+    from . import runner, suite
+
+    device, opname, dtype, check = case
+    key = (device, opname, dtype)
+    results = _CACHE.get(key)
+    if results is None:
+        op = get_op(opname)
+        with suite.quiet_run():
+            if dtype == runner.ANY_DTYPE:
+                cases = [runner.run_errors(op, device)]
+            else:
+                cases = runner.run_op(op, device, dtype)
+        results = _CACHE[key] = {c.check: c for c in cases}
+    c = results[check]
+    if c.status == runner.UNSUPPORTED:
+        pytest.skip(f"unsupported dtype: {c.message}")
+    if c.status == runner.SKIPPED:
+        pytest.skip(c.message)
+    if c.status == runner.FAIL:
+        pytest.fail(f"{c.id} (path {c.path or '-'}): {c.message}", pytrace=False)
