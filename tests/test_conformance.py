@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import anydevice as ad
+from anydevice.ops.registry import get_op
 import anydevice_conformance as adc
 from anydevice import _backend, devices
 from anydevice import dtypes as _dt
@@ -147,7 +148,14 @@ def statuses(report, op, dtype="float32"):
 # --- each deliberately wrong kernel fails exactly its check ---------------------------------------
 @pytest.fixture(scope="module")
 def bad_report(test_devices):
-    return adc.run(devices=["cfbad"], ops=["sqrt", "floor", "abs", "sin", "cos", "cross_entropy"], dtypes=["float32"])
+    # The core checks label bounds before any kernel runs; lift that check here so the deliberately
+    # wrong kernel sees the bad labels and the suite must notice the wrong exception type.
+    op = get_op("cross_entropy")
+    saved, op.check = op.check, None
+    try:
+        return adc.run(devices=["cfbad"], ops=["sqrt", "floor", "abs", "sin", "cos", "cross_entropy"], dtypes=["float32"])
+    finally:
+        op.check = saved
 
 
 def test_beyond_tolerance_fails_values_only(bad_report):
@@ -191,9 +199,11 @@ def test_zero_kernels_all_fallback(test_devices):
     report = adc.run(devices=["cfnone"])
     assert report.ok, [c.id + ": " + c.message for c in report.failures()][:10]
     cells = {op: report.cell(op, "cfnone:0") for op in report.ops()}
-    # positive(x) = x is the one decomposition that needs no kernel at all
-    assert {k: v for k, v in cells.items() if v != "fallback"} == {"positive": "decomposed"}
-    assert report.paths("cfnone:0")["fallback"] == len(all_ops()) - 1
+    # positive(x) = x is the one decomposition that needs no kernel at all (its half-precision cases
+    # still fall back: decompositions compute half in float32, and the casts need kernels)
+    other = {k: v for k, v in cells.items() if v != "fallback"}
+    assert other in ({}, {"positive": "decomposed"})
+    assert report.paths("cfnone:0")["fallback"] == len(all_ops()) - len(other)
     forward = [c for c in report.cases if c.check != "errors" and c.status == PASS]
     # identity decompositions (positive; ceil and trunc of integers) run no kernel: "decomposed"
     assert {c.op for c in forward if c.path != "fallback"} == {"positive", "ceil", "trunc"}

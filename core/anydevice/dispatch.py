@@ -248,7 +248,7 @@ def apply(op, inputs, attrs):
     through_decomp = needs_grad and op.vjp is None and op.decomposition is not None
     t0 = time.perf_counter() if _observers and _depth() == 0 and not getattr(_tls, "quiet", False) else None
     if through_decomp:
-        result = op.decomposition(*inputs, **attrs)
+        result = _decompose(op, inputs, attrs, device, compute, out_dtype)
         path = DECOMPOSED
     elif needs_grad:
         with _ag.no_grad():
@@ -338,10 +338,10 @@ def _execute(op, inputs, attrs, device, compute, out_shape, out_dtype):
     depth = _depth()
     if path == DECOMPOSED:
         if depth > 0:
-            return op.decomposition(*inputs, **attrs), DECOMPOSED
+            return _decompose(op, inputs, attrs, device, compute, out_dtype), DECOMPOSED
         _tls.depth = 1
         try:
-            return op.decomposition(*inputs, **attrs), DECOMPOSED
+            return _decompose(op, inputs, attrs, device, compute, out_dtype), DECOMPOSED
         except _NeedsFallback:
             op.plans[key] = (FALLBACK, None)
         finally:
@@ -349,6 +349,20 @@ def _execute(op, inputs, attrs, device, compute, out_shape, out_dtype):
     elif depth > 0:
         raise _NeedsFallback(op.name)
     return _fallback(op, inputs, attrs, device), FALLBACK
+
+
+_HALF = (_dt.float16, _dt.bfloat16)
+
+
+def _decompose(op, inputs, attrs, device, compute, out_dtype):
+    """Run ``op``'s decomposition; half-precision math runs in float32 (when the device has it)
+    and is rounded once at the end, as native kernels do, instead of rounding every step."""
+    if compute not in _HALF or op.has_device_attr or _dt.float32 not in device._backend.dtypes(device.index):
+        return op.decomposition(*inputs, **attrs)
+    up = [[_astype(t, _dt.float32) if t.dtype is compute else t for t in x] if isinstance(x, list)
+          else (_astype(x, _dt.float32) if x.dtype is compute else x) for x in inputs]
+    r = op.decomposition(*up, **attrs)
+    return _astype(r, out_dtype) if r.dtype is not out_dtype else r
 
 
 def _plan(op, device, compute):

@@ -230,8 +230,18 @@ binary("greater_equal", np.greater_equal, rule=to_bool, cat="real_or_bool", diff
 binary("logical_and", np.logical_and, cat="bool", diff=False, decomp=lambda a, b: F().bitwise_and(a, b))
 binary("logical_or", np.logical_or, cat="bool", diff=False, decomp=lambda a, b: F().bitwise_or(a, b))
 binary("logical_xor", np.logical_xor, cat="bool", diff=False, decomp=lambda a, b: F().bitwise_xor(a, b))
+def _hypot(a, b):
+    """max·sqrt(1 + (min/max)²): no overflow for large inputs; inf wins over NaN (IEEE 754)."""
+    f = F()
+    ax, ay = f.abs(a), f.abs(b)
+    hi, lo = f.maximum(ax, ay), f.minimum(ax, ay)
+    r = lo / f.where(f.equal(hi, 0.0), f.ones_like(hi), hi)
+    out = hi * f.sqrt(r * r + 1.0)
+    return f.where(f.logical_or(f.isinf(ax), f.isinf(ay)), f.full_like(out, math.inf), out)
+
+
 binary("hypot", np.hypot, cat="real_floating", vjp=lambda g, i, o: (unbroadcast(g * i[0] / o, i[0].shape), unbroadcast(g * i[1] / o, i[1].shape)),
-       decomp=lambda a, b: F().sqrt(a * a + b * b), domain="nonzero")
+       decomp=_hypot, domain="nonzero")
 binary("logaddexp", np.logaddexp, cat="real_floating",
        decomp=lambda a, b: _logaddexp(a, b))
 

@@ -126,7 +126,18 @@ def _ce_vjp(g, i, o, reduction="mean"):
     return p * scale, None
 
 
-define("cross_entropy", inputs=("logits", "labels"), attrs={"reduction": "mean"}, dtype_rule=_ce_rule,
+def _check_labels(inputs, attrs):
+    """Out-of-range labels are an IndexError on every backend (checked on the device, then read back)."""
+    logits, labels = inputs
+    if labels.size == 0:
+        return
+    f, n = F(), logits.shape[-1]
+    lo, hi = int(f.min(labels)), int(f.max(labels))
+    if lo < 0 or hi >= n:
+        raise IndexError(f"cross_entropy(): label {lo if lo < 0 else hi} is out of range for {n} classes (allowed: 0..{n - 1})")
+
+
+define("cross_entropy", inputs=("logits", "labels"), attrs={"reduction": "mean"}, dtype_rule=_ce_rule, check=_check_labels,
        shape_rule=_ce_shape, reference=_ce_ref, vjp=_ce_vjp, decomposition=_cross_entropy, category="nn",
        domain="labels", tolerance=_TOL,
        doc="softmax cross entropy of logits (..., C) against integer labels (...)")
