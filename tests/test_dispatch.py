@@ -201,3 +201,18 @@ def test_gradient_flows_back_across_a_device_copy(zero_kernel_device):
     loss.backward()
     assert x.grad.device == "cpu:0"
     np.testing.assert_allclose(x.grad.numpy(), [2.0, -4.0, 6.0])
+
+
+def test_decomposition_needing_a_missing_dtype_falls_back_whole():
+    # isinf(complex64) decomposes through abs() -> float32; a device without float32 must fall back
+    rt = HostRuntime(count=1, dtypes=(ad.complex64, ad.bool))
+    kernels = {"abs": (lambda ctx, out, x: None, True), "equal": (lambda ctx, out, a, b: None, True)}
+    with installed(FakePlugin(types=("nof32",), runtime=rt, kernels=kernels)):
+        old = dispatch.set_fallback_mode("silent")
+        try:
+            x = ad.asarray(np.array([1 + 1j, np.inf + 0j], np.complex64), device="nof32")
+            seen = _paths(lambda: ad.isinf(x))
+            assert seen[-1] == ("isinf", "nof32:0", "fallback")
+            assert ad.isinf(x).tolist() == [False, True]
+        finally:
+            dispatch.set_fallback_mode(old)
