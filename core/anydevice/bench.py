@@ -111,9 +111,11 @@ def main(argv=None) -> int:
         print(json.dumps({"tiny_add_seconds": dict(tiny), "add16m_gbs": {"numpy": large[0], "anydevice_cpu": large[1]},
                           "matmul1024_gflops": {"numpy": mm[0], "anydevice_cpu": mm[1]}}, indent=2))
         return 0
+    cpu_t = dict(tiny).get("anydevice cpu:0 a + b")
     print("tiny op (eager add, 4 x float32)")
     for name, t in tiny:
         extra = f"   {t / torch_t:5.2f}x torch" if torch_t else ""
+        extra += f"   {t / cpu_t:5.2f}x anydevice cpu" if cpu_t else ""
         print(f"  {name:<34} {t * 1e6:8.2f} us   {t / base:5.2f}x numpy{extra}")
     print(f"16M-element float32 add:  numpy {large[0]:6.1f} GB/s   anydevice cpu {large[1]:6.1f} GB/s   ratio {large[1] / large[0]:.2f}")
     print(f"1024x1024 float32 matmul: numpy {mm[0]:6.1f} GFLOP/s   anydevice cpu {mm[1]:6.1f} GFLOP/s   ratio {mm[1] / mm[0]:.2f}")
