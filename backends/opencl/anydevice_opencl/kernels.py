@@ -1,35 +1,34 @@
-"""Host side of the OpenCL kernels: pick a specialization, fetch the cached program, launch.
+"""Host side of the OpenCL kernels: pick a kernel spec, fetch it from the program cache, launch.
 
-Every kernel uses the ``out=True`` convention (the core allocates the result) except
-``reshape``, which returns a view of its input's block. Element-wise ops come from the
-:data:`codegen.EXPR` table; movement ops (permute_dims, broadcast_to, getitem, setitem,
-concat) are one strided copy. Ops not registered here run through their decompositions
-or the CPU fallback.
+Element-wise ops come from the :data:`codegen.EXPR` table and allocate their own result
+(``out=False``), so the core's fast path calls them directly; the other ops use the ``out=True``
+convention, except ``reshape``, which returns a view of its input's block. Movement ops
+(permute_dims, broadcast_to, getitem, setitem, concat) are one strided copy. Ops not registered
+here run through their decompositions or the CPU fallback.
 """
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 import pyopencl as cl
 
+from anydevice import dtypes as _dt
 from anydevice.ops.indexing import key_shape
 
 from . import codegen
 
 _BITS = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}  # bit-copy dtype by element size
-ELEMENTWISE = [op for op in codegen.EXPR if op != "copy"]
-REDUCTIONS = ("sum", "prod", "max", "min", "argmax", "argmin")
-LOCAL = 128  # work-group size of element-wise launches
+#: element-wise ops registered natively (``gelu_tanh`` is gelu's ``approximate="tanh"`` form)
+ELEMENTWISE = [op for op in codegen.EXPR if op not in ("copy", "gelu_tanh")]
+LOCAL = 128  # work-group size of element-wise launches (fixed: PoCL compiles per work-group size)
+_DTYPES = {d: _dt.dtype(d) for d in codegen.CTYPES}
 
 
 # --- launching -----------------------------------------------------------------------------------
-def _launch(ctx, key, make_source, gsize, lsize, args):
-    rt, i = ctx.runtime, ctx.index
-    k = rt.programs.kernel(rt.contexts[i], rt.devices[i], key, make_source)
-    if getattr(k, "_ad_typed", None) is None:
-        k.set_scalar_arg_dtypes([None if isinstance(a, cl.MemoryObjectHolder) else
-                                 (type(a) if isinstance(a, np.generic) else np.int64) for a in args])
-        k._ad_typed = True
-    k(rt.queue(i, ctx.stream), gsize, lsize, *args)
+def _launch(ctx, spec, gsize, lsize, args) -> None:
+    rt = ctx.runtime
+    rt.programs.kernel(rt, ctx.index, spec)(rt.queue(ctx.index, ctx.stream), gsize, lsize, args)
 
 
 def _prod(shape) -> int:
@@ -59,8 +58,18 @@ def _bstrides(shape, target) -> list:
     return [0 if p == 1 and t != 1 else s for p, t, s in zip(padded, target, st)]
 
 
+def _broadcast_shape(shapes) -> tuple:
+    nd = max(len(s) for s in shapes)
+    out = []
+    for d in range(nd):
+        sizes = {s[d - nd + len(s)] for s in shapes if d - nd + len(s) >= 0} - {1}
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
 class View:
-    """An operand of the element-wise generator: buffer, element offset, strides (None: contiguous)."""
+    """An operand of an element-wise launch: buffer, element offset, strides (None: contiguous,
+    ``"s"``: one element broadcast), dtype name."""
 
     __slots__ = ("handle", "off", "strides", "dtype")
 
@@ -79,48 +88,56 @@ class View:
     def mode(self) -> str:
         return "c" if self.strides is None else "s" if self.strides == "s" else "g"
 
+    def full_strides(self, shape) -> list:
+        return _cstrides(shape) if self.strides is None else [0] * len(shape) if self.strides == "s" else self.strides
 
-def _collapse(shape, views):
-    """Drop size-1 dims and merge neighbours that every strided operand walks contiguously."""
-    g = [v for v in views if v.mode == "g"]
+
+def _collapse(shape, strides):
+    """Drop size-1 dims and merge neighbours that every operand walks contiguously."""
     dims = []
     for d, n in enumerate(shape):
         if n == 1:
             continue
-        st = [v.strides[d] for v in g]
+        st = [s[d] for s in strides]
         if dims and all(p == s * n for p, s in zip(dims[-1][1], st)):
             dims[-1] = (dims[-1][0] * n, st)
         else:
             dims.append((n, st))
-    dims = dims or [(1, [0] * len(g))]
-    for k, v in enumerate(g):
-        v.strides = [st[k] for _, st in dims]
-    return [n for n, _ in dims]
+    dims = dims or [(1, [0] * len(strides))]
+    return [n for n, _ in dims], [[st[k] for _, st in dims] for k in range(len(strides))]
 
 
-def elementwise(ctx, name: str, expr: str, out: View, ins: list, shape) -> None:
-    """Launch ``out = expr(ins)`` over ``shape`` (one kernel per dtypes × modes × rank)."""
+def elementwise(ctx, op: str, out: View, ins: list, shape) -> None:
+    """Launch ``out = EXPR[op](ins)`` over ``shape``: contiguous (``c``/``s`` per input) when the
+    output is contiguous and the inputs are, else strided over the collapsed dims."""
     n = _prod(shape)
     if n == 0:
         return
+    local = min(LOCAL, ctx.runtime.devices[ctx.index].max_work_group_size)
+    dts = tuple(v.dtype for v in ins)
+    modes = "".join(v.mode for v in ins)
+    if out.mode == "c" and "g" not in modes and (len(ins) == 2 and modes != "ss" or "s" not in modes):
+        args = [out.handle, out.off]
+        for v in ins:
+            args += [v.handle, v.off]
+        _launch(ctx, ("ew", op, dts, out.dtype, modes), (-(-n // local) * local,), (local,), args + [n])
+        return
     views = [out] + ins
-    dims = _collapse(shape, views) if any(v.mode == "g" for v in views) else [n]
-    nd = len(dims)
-    sig = tuple((v.dtype, v.mode) for v in ins)
-    key = ("ew", name, expr, (out.dtype, out.mode), sig, nd)
-    args = []
-    for v in views:
-        args += [v.handle, v.off] + (list(v.strides) if v.mode == "g" else [])
-    if any(v.mode == "g" for v in views):
-        args += dims
-    args.append(n)
-    gsize = -(-n // LOCAL) * LOCAL
-    _launch(ctx, key, lambda: codegen.elementwise(expr, list(sig), (out.dtype, out.mode), nd), (gsize,), None, args)
+    dims, strides = _collapse(shape, [v.full_strides(shape) for v in views])
+    lead, dims = dims[:-codegen.MAX_RANK], dims[-codegen.MAX_RANK:]
+    spec = ("ew", op, dts, out.dtype, f"g{len(dims)}")
+    n = _prod(dims)
+    for idx in itertools.product(*[range(d) for d in lead]):  # one launch per index of extra leading dims
+        args = []
+        for v, st in zip(views, strides):
+            off = v.off + sum(i * s for i, s in zip(idx, st))
+            args += [v.handle, off] + st[len(lead):]
+        _launch(ctx, spec, (-(-n // local) * local,), (local,), args + dims + [n])
 
 
 def copy(ctx, dst: View, src: View, shape) -> None:
     """Strided copy of bits (dtype-agnostic: uses an unsigned type of the element size)."""
-    elementwise(ctx, "copy", "x0", dst, [src], shape)
+    elementwise(ctx, "copy", dst, [src], shape)
 
 
 def _bits(a) -> str:
@@ -135,45 +152,60 @@ def _materialize(ctx, a, shape, strides, off):
 
 # --- element-wise ------------------------------------------------------------------------------
 def _elementwise_kernel(op: str):
-    def kernel(ctx, out, *xs):
-        expr = codegen.expr_for(op, xs[-1].dtype.name)
-        shape = out.shape
+    plans: dict = {}  # (device index, input dtypes, approximate) -> [spec, result DType, local size, Launcher]
+
+    def plan(ctx, xs, approximate):
+        key = (ctx.index,) + tuple(x.dtype for x in xs) + (approximate,)
+        p = plans.get(key)
+        if p is None:
+            name = "gelu_tanh" if op == "gelu" and approximate == "tanh" else op
+            out_dt = codegen.ew_signature(op, xs[-1].dtype.name)[1]
+            spec = ("ew", name, tuple(x.dtype.name for x in xs), out_dt, "c" * len(xs))
+            local = min(LOCAL, ctx.runtime.devices[ctx.index].max_work_group_size)
+            p = plans[key] = [spec, _DTYPES[out_dt], local, None]
+        return p
+
+    def kernel(ctx, *xs, approximate="none"):
+        p = plan(ctx, xs, approximate)
+        spec, out_dt, local, run = p
+        shape = xs[0].shape
         if all(x.shape == shape for x in xs):  # fast path: contiguous operands of one shape
+            out = ctx.empty(shape, out_dt)
             n = out.size
-            if n == 0:
-                return
-            sig = [(x.dtype.name, "c") for x in xs]
-            args = [out.handle, _off(out)]
-            for x in xs:
-                args += [x.handle, _off(x)]
-            args.append(n)
-            key = ("ew", op, expr, (out.dtype.name, "c"), tuple(sig), 1)
-            make = lambda: codegen.elementwise(expr, sig, (out.dtype.name, "c"), 1)  # noqa: E731
-            _launch(ctx, key, make, (-(-n // LOCAL) * LOCAL,), None, args)
-            return
-        elementwise(ctx, op, expr, View.of(out), [View.of(x, shape) for x in xs], shape)
+            if n:
+                if run is None:
+                    run = p[3] = ctx.runtime.programs.kernel(ctx.runtime, ctx.index, spec)
+                args = [out.handle, _off(out)]
+                for x in xs:
+                    args += [x.handle, _off(x)]
+                args.append(n)
+                run(ctx.runtime.queue(ctx.index, ctx.stream), (-(-n // local) * local,), (local,), args)
+            return out
+        shape = _broadcast_shape([x.shape for x in xs])
+        out = ctx.empty(shape, out_dt)
+        elementwise(ctx, spec[1], View.of(out), [View.of(x, shape) for x in xs], shape)
+        return out
 
     kernel.__name__ = f"opencl_{op}"
     return kernel
 
 
 def astype(ctx, out, x, dtype, copy=True):
-    elementwise(ctx, "astype", "x0", View.of(out), [View.of(x)], out.shape)
+    elementwise(ctx, "copy", View.of(out), [View.of(x)], out.shape)
 
 
 # --- reductions --------------------------------------------------------------------------------
 def _local(ctx, k: int) -> int:
     cap = ctx.runtime.devices[ctx.index].max_work_group_size
-    want = 1 if k <= 16 else 64
+    want = codegen.REDUCE_LOCAL[0] if k <= 16 else codegen.REDUCE_LOCAL[-1]
     return min(want, 1 << (cap.bit_length() - 1))
 
 
 def _run_reduce(ctx, kind, out_h, out_o, out_dt, x_h, x_o, x_dt, m, k, sm, sk, chunks=1):
     lsize = _local(ctx, -(-k // chunks))
-    key = ("red", kind, x_dt, out_dt, lsize)
     c = -(-k // chunks) if k else 0
     args = [out_h, out_o, x_h, x_o, k, sm, sk, chunks, c]
-    _launch(ctx, key, lambda: codegen.reduction(kind, x_dt, out_dt, lsize), (m * chunks * lsize,), (lsize,), args)
+    _launch(ctx, ("red", kind, x_dt, out_dt, lsize), (m * chunks * lsize,), (lsize,), args)
 
 
 def reduce(ctx, kind: str, out, x, axes: tuple) -> None:
@@ -199,9 +231,7 @@ def reduce(ctx, kind: str, out, x, axes: tuple) -> None:
         return
     # few long rows: partial results per chunk, then reduce the partials
     chunks = min(256, -(-k // 8192))
-    from anydevice.dtypes import dtype as _dtype
-
-    part = ctx.empty((m * chunks,), _dtype(codegen.PARTIAL.get(od, od)))
+    part = ctx.empty((m * chunks,), _DTYPES[codegen.PARTIAL.get(od, od)])
     _run_reduce(ctx, kind, part.handle, _off(part), part.dtype.name, x_h, x_o, xd, m, k, sm, sk, chunks)
     _run_reduce(ctx, kind, out.handle, _off(out), od, part.handle, _off(part), part.dtype.name, m, chunks, chunks, 1)
 
@@ -233,6 +263,8 @@ def _operand(ctx, a, shape2, batch):
 
 
 def matmul(ctx, out, a, b) -> None:
+    """float32 with M and N multiples of 8: :func:`codegen._matmul_rows`; any other shape or
+    dtype: the register-blocked tiled kernel (:func:`codegen._matmul`)."""
     ash = (1,) + tuple(a.shape) if len(a.shape) == 1 else tuple(a.shape)
     bsh = tuple(b.shape) + (1,) if len(b.shape) == 1 else tuple(b.shape)
     m, k, n = ash[-2], ash[-1], bsh[-1]
@@ -244,14 +276,19 @@ def matmul(ctx, out, a, b) -> None:
     if k == 0:
         ctx.runtime.memset(ctx.index, out.handle, out.byte_offset, 0, out.nbytes, ctx.stream)
         return
+    cap = ctx.runtime.devices[ctx.index].max_work_group_size
+    if cap < 256:
+        raise RuntimeError(f"matmul on {ctx.device} needs work-groups of 256 (the device allows {cap}); "
+                           "run it on the cpu or another OpenCL device")
     a, sa = _operand(ctx, a, (m, k), batch)
     b, sb = _operand(ctx, b, (k, n), batch)
-    cap = ctx.runtime.devices[ctx.index].max_work_group_size
-    ts = 16 if cap >= 256 else 8
-    dt = a.dtype.name
-    gsize = (-(-n // ts) * ts, -(-m // ts) * ts, _prod(batch))
     args = [out.handle, _off(out), a.handle, _off(a), b.handle, _off(b), m, n, k, sa, sb]
-    _launch(ctx, ("mm", dt, ts), lambda: codegen.matmul(dt, ts), gsize, (ts, ts, 1), args)
+    if a.dtype.name == "float32" and m % 8 == 0 and n % 8 == 0:
+        _launch(ctx, ("mm", a.dtype.name, "rows"), (-(-n // 64) * 8, -(-m // 64) * 8, _prod(batch)), (8, 8, 1), args)
+        return
+    t = codegen.TILE
+    gsize = (-(-n // t) * 16, -(-m // t) * 16, _prod(batch))
+    _launch(ctx, ("mm", a.dtype.name, "tiled"), gsize, (16, 16, 1), args)
 
 
 # --- movement ----------------------------------------------------------------------------------
@@ -329,23 +366,16 @@ def take(ctx, out, x, indices, axis):
     if out.size == 0:
         return
     rt, i = ctx.runtime, ctx.index
-    bad = ctx.empty((1,), _dtype_int32())
+    bad = ctx.empty((1,), _DTYPES["int32"])
     rt.memset(i, bad.handle, bad.byte_offset, 0, 4, ctx.stream)
     post = _prod(x.shape[axis + 1:])
-    dt, it = _bits(x), indices.dtype.name
     args = [out.handle, _off(out), x.handle, _off(x), indices.handle, _off(indices), bad.handle, n, nidx, post, out.size]
     g = -(-out.size // LOCAL) * LOCAL
-    _launch(ctx, ("take", dt, it), lambda: codegen.take(dt, it), (g,), (LOCAL,), args)
+    _launch(ctx, ("take", _bits(x), indices.dtype.name), (g,), (LOCAL,), args)
     flag = np.zeros(1, np.int32)
     cl.enqueue_copy(rt.queue(i, ctx.stream), flag, bad.handle, src_offset=bad.byte_offset, is_blocking=True)
     if flag[0]:
         raise IndexError(f"take(): an index is out of range for axis {axis} with size {n} (on {ctx.device})")
-
-
-def _dtype_int32():
-    from anydevice import dtypes
-
-    return dtypes.int32
 
 
 # --- creation ----------------------------------------------------------------------------------
@@ -366,7 +396,7 @@ def arange(ctx, out, start, stop, step, dtype):
         via, cast = "long", np.int64
     args = [out.handle, _off(out), cast(start), cast(step), n]
     g = -(-n // LOCAL) * LOCAL
-    _launch(ctx, ("arange", dtype.name, via), lambda: codegen.arange(dtype.name, via), (g,), (LOCAL,), args)
+    _launch(ctx, ("arange", dtype.name, via), (g,), (LOCAL,), args)
 
 
 # --- registration ------------------------------------------------------------------------------
@@ -374,8 +404,8 @@ def register(kernels, runtime) -> None:
     """Fill the kernel table; each element-wise op only for the dtype kinds it has an expression for."""
     for op in ELEMENTWISE:
         dts = [d for d in codegen.CTYPES if codegen.expr_for(op, d) is not None]
-        kernels.register(op, _elementwise_kernel(op), dtypes=dts, out=True)
-    for kind in REDUCTIONS:
+        kernels.register(op, _elementwise_kernel(op), dtypes=dts, out=False)
+    for kind in codegen.REDUCTIONS:
         kernels.register(kind, _reduce_kernel(kind), dtypes=list(codegen.CTYPES), out=True)
     kernels.register("astype", astype, dtypes=list(codegen.CTYPES), out=True)
     kernels.register("matmul", matmul, dtypes=[d for d in codegen.CTYPES if d != "bool"], out=True)

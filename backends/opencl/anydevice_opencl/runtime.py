@@ -69,16 +69,41 @@ class _Event:
         self.cl = None
 
 
-class ProgramCache:
-    """Builds OpenCL programs once: memory dict → disk (``<dir>/<sha256>.bin``) → compile.
+class Launcher:
+    """A kernel and the arguments it was last launched with: only changed arguments are set
+    (``clSetKernelArg`` per argument is cheaper than pyopencl's full ``set_args``)."""
 
-    The disk key hashes the source, build options, platform, device and driver versions.
-    ``ANYDEVICE_OPENCL_CACHE_DIR`` moves the folder (default ``~/.cache/anydevice/opencl``);
-    set it to ``off`` to disable the disk cache.
+    __slots__ = ("kernel", "last")
+
+    def __init__(self, kernel: cl.Kernel):
+        self.kernel, self.last = kernel, []
+
+    def __call__(self, queue, gsize, lsize, args) -> None:
+        k, last = self.kernel, self.last
+        if len(last) != len(args):
+            last[:] = [None] * len(args)
+        for i, a in enumerate(args):
+            b = last[i]
+            if a is b or (type(a) is int and type(b) is int and a == b):
+                continue
+            k.set_arg(i, np.int64(a) if type(a) is int else a)
+            last[i] = a
+        cl.enqueue_nd_range_kernel(queue, k, gsize, lsize)
+
+
+class ProgramCache:
+    """Kernels by spec (see :mod:`codegen`), built once: memory dict → disk
+    (``<dir>/<sha256>.bin``) → compile.
+
+    A spec in its dtype's family comes from that family's program (one build serves every kernel
+    of the dtype); any other spec gets a program of its own. The disk key hashes the source,
+    build options, platform, device and driver versions. ``ANYDEVICE_OPENCL_CACHE_DIR`` moves the
+    folder (default ``~/.cache/anydevice/opencl``); set it to ``off`` to disable the disk cache.
     """
 
     def __init__(self):
-        self.kernels: dict = {}
+        self.kernels: dict = {}  # (device index, spec) -> Launcher
+        self.programs: dict = {}  # (device index, dtype or spec) -> cl.Program
         self.stats = {"memory_hits": 0, "disk_hits": 0, "builds": 0}
         self._lock = threading.Lock()
 
@@ -87,23 +112,35 @@ class ProgramCache:
         d = os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "anydevice", "opencl")
         return None if d.lower() in ("off", "0", "none") else d
 
-    def kernel(self, ctx: cl.Context, dev: cl.Device, key, make_source, name: str = "k") -> cl.Kernel:
-        """The kernel ``name`` of the program ``make_source()`` (called only on a miss) for ``key``."""
-        k = self.kernels.get((dev.int_ptr, key))
+    def kernel(self, rt: "OpenClRuntime", index: int, spec: tuple) -> Launcher:
+        """The kernel of ``spec`` on device ``index`` (its program is built on first use)."""
+        k = self.kernels.get((index, spec))
         if k is not None:
             self.stats["memory_hits"] += 1
             return k
         with self._lock:
-            src = make_source()
-            prg = self._program(ctx, dev, src)
-            k = self.kernels[(dev.int_ptr, key)] = getattr(prg, name)
+            fp64 = rt.has_fp64(index)
+            home = codegen.home(spec)
+            key = home if spec in codegen.family(home, fp64) else spec
+            prg = self.programs.get((index, key))
+            if prg is None:
+                specs = codegen.family(home, fp64) if isinstance(key, str) else [spec]
+                src = codegen.program_source(specs, fp64)
+                prg = self.programs[(index, key)] = self._program(rt.contexts[index], rt.devices[index], src)
+            k = self.kernels[(index, spec)] = Launcher(cl.Kernel(prg, codegen.name(spec)))
         return k
+
+    @staticmethod
+    def keeps_binaries(dev: cl.Device) -> bool:
+        """False on PoCL: it caches builds itself (``POCL_CACHE_DIR``), and reading a program's
+        binary makes it code-generate every kernel of the program (seconds for a family)."""
+        return "portable computing language" not in dev.platform.name.lower()
 
     def _program(self, ctx, dev, src: str) -> cl.Program:
         opts = list(BUILD_OPTIONS)
         ident = "\n".join([src, " ".join(opts), dev.platform.name, dev.platform.version, dev.name,
                            dev.driver_version, cl.VERSION_TEXT])
-        folder = self.folder()
+        folder = self.folder() if self.keeps_binaries(dev) else None
         path = os.path.join(folder, hashlib.sha256(ident.encode()).hexdigest() + ".bin") if folder else None
         if path and os.path.exists(path):
             try:
@@ -116,7 +153,8 @@ class ProgramCache:
         try:
             prg = cl.Program(ctx, src).build(options=opts, devices=[dev], cache_dir=False)
         except cl.RuntimeError as e:
-            raise RuntimeError(f"opencl: the generated kernel failed to compile on {dev.name}: {e}\n{src}") from e
+            shown = src if len(src) < 4000 else src[:4000] + "\n..."
+            raise RuntimeError(f"opencl: a generated program failed to compile on {dev.name}: {e}\n{shown}") from e
         self.stats["builds"] += 1
         if path:
             try:
