@@ -97,6 +97,7 @@ class Report:
         return json.dumps(self.to_dict(), indent=indent, default=str)
 
     def write_json(self, path) -> None:
+        _parent(path)
         with open(path, "w", encoding="utf-8") as f:
             f.write(self.to_json())
 
@@ -122,6 +123,7 @@ class Report:
         return _html(self)
 
     def write_html(self, path) -> None:
+        _parent(path)
         with open(path, "w", encoding="utf-8") as f:
             f.write(self.to_html())
 
@@ -304,3 +306,12 @@ def _by_dtype(cases):
 def _chip(dtype, cases) -> str:
     st = _cell_state(cases)
     return f"<span class='chip' title='{_e(dtype)}: {_e(st)}' style='background:{COLORS.get(st, '#888')}'></span>"
+
+
+def _parent(path) -> None:
+    """Create the folder a report is written into."""
+    import os
+
+    folder = os.path.dirname(os.fspath(path))
+    if folder:
+        os.makedirs(folder, exist_ok=True)
