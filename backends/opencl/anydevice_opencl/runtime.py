@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import time
 
 import numpy as np
 import pyopencl as cl
@@ -279,9 +280,17 @@ class OpenClRuntime(Runtime):
         self.queue(index, stream).finish()
 
     def query_stream(self, index: int, stream) -> bool:
-        ev = cl.enqueue_marker(self.queue(index, stream))
-        self.queue(index, stream).flush()
-        return ev.command_execution_status == cl.command_execution_status.COMPLETE
+        """True when all work queued so far is done. A fresh marker is processed by the driver
+        asynchronously even on an idle queue, so give it up to 2 ms to report before answering."""
+        q = self.queue(index, stream)
+        ev = cl.enqueue_marker(q)
+        q.flush()
+        deadline = time.perf_counter() + 2e-3
+        while ev.command_execution_status != cl.command_execution_status.COMPLETE:
+            if time.perf_counter() > deadline:
+                return False
+            time.sleep(0)
+        return True
 
     def create_event(self, index: int):
         return _Event()
