@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes as _dt
-from .registry import define, normalize_axis
+from .registry import check_index_range, define, normalize_axis, with_indices
 
 
 def F():
@@ -155,13 +155,7 @@ define("setitem", inputs=("x", "value"), attrs={"key": ()}, dtype_rule=_setitem_
 
 
 # --- take -----------------------------------------------------------------------------------------
-def _take_rule(ds, attrs):
-    if ds[1].kind not in ("int", "uint"):
-        raise TypeError(f"take(): indices must be an integer tensor, not {ds[1].name}")
-    return (ds[0], ds[1]), ds[0]
-
-
-_take_rule.category = "all"
+_take_rule = with_indices("take", "indices", "all")
 
 
 def _canon_take(shapes, attrs):
@@ -207,14 +201,8 @@ def _vjp_take(g, i, o, axis):
 def _check_take(inputs, attrs):
     """Out-of-range indices are an IndexError on every backend (checked on the device, then read back)."""
     x, idx = inputs
-    if idx.size == 0:
-        return
     n = x.shape[attrs["axis"]]
-    f = F()
-    lo, hi = int(f.min(idx)), int(f.max(idx))
-    if lo < -n or hi >= n:
-        bad = lo if lo < -n else hi
-        raise IndexError(f"take(): index {bad} is out of range for axis {attrs['axis']} with size {n} (allowed: {-n}..{n - 1})")
+    check_index_range("take", "index", idx, -n, n, f"for axis {attrs['axis']} with size {n}")
 
 
 define("take", inputs=("x", "indices"), attrs={"axis": None}, dtype_rule=_take_rule, canon=_canon_take, check=_check_take,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import define, normalize_axis, same
+from .registry import check_index_range, define, normalize_axis, same, with_indices
 
 
 def F():
@@ -72,13 +72,7 @@ define("log_softmax", inputs=("x",), attrs={"axis": -1}, dtype_rule=same("real_f
 
 
 # --- cross_entropy --------------------------------------------------------------------------------
-def _ce_rule(ds, attrs):
-    if ds[1].kind not in ("int", "uint"):
-        raise TypeError(f"cross_entropy(): labels must be integer class indices, not {ds[1].name}")
-    return (ds[0], ds[1]), ds[0]
-
-
-_ce_rule.category = "real_floating"
+_ce_rule = with_indices("cross_entropy", "labels", "real_floating")
 
 
 def _ce_shape(shapes, attrs):
@@ -129,12 +123,8 @@ def _ce_vjp(g, i, o, reduction="mean"):
 def _check_labels(inputs, attrs):
     """Out-of-range labels are an IndexError on every backend (checked on the device, then read back)."""
     logits, labels = inputs
-    if labels.size == 0:
-        return
-    f, n = F(), logits.shape[-1]
-    lo, hi = int(f.min(labels)), int(f.max(labels))
-    if lo < 0 or hi >= n:
-        raise IndexError(f"cross_entropy(): label {lo if lo < 0 else hi} is out of range for {n} classes (allowed: 0..{n - 1})")
+    n = logits.shape[-1]
+    check_index_range("cross_entropy", "label", labels, 0, n, f"for {n} classes")
 
 
 define("cross_entropy", inputs=("logits", "labels"), attrs={"reduction": "mean"}, dtype_rule=_ce_rule, check=_check_labels,

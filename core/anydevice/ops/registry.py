@@ -183,6 +183,31 @@ def to_index(cat: str = "real"):
     return rule
 
 
+def with_indices(opname: str, what: str, cat: str):
+    """(values, integer indices) ops: each input keeps its dtype; the result has the values' dtype."""
+
+    def rule(ds, attrs):
+        if ds[1].kind not in ("int", "uint"):
+            raise TypeError(f"{opname}(): {what} must be an integer tensor, not {ds[1].name}")
+        return (ds[0], ds[1]), ds[0]
+
+    rule.category = cat
+    return rule
+
+
+def check_index_range(opname: str, what: str, idx, low: int, high: int, where: str) -> None:
+    """IndexError unless every value of the tensor ``idx`` is in [low, high) (reduced on the device)."""
+    if idx.size == 0:
+        return
+    from .. import api
+
+    lo, hi = int(api.min(idx)), int(api.max(idx))
+    if lo < low or hi >= high:
+        raise IndexError(
+            f"{opname}(): {what} {lo if lo < low else hi} is out of range {where} (allowed: {low}..{high - 1})"
+        )
+
+
 def dtype_category(rule) -> str:
     return getattr(rule, "category", "all")
 
