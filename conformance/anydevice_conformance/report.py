@@ -216,7 +216,7 @@ def _html(r: Report) -> str:
            "<h1>anydevice conformance report</h1>",
            f"<div class='meta'>anydevice {_e(r.anydevice_version)} &middot; {_e(created)} &middot; "
            f"{len(r.cases)} cases in {r.seconds:.1f} s &middot; "
-           + (f"<span class='ok'>all cases pass</span>" if ok else f"<span class='bad'>{len(r.failures())} failing case(s)</span>")
+           + ("<span class='ok'>all cases pass</span>" if ok else f"<span class='bad'>{len(r.failures())} failing case(s)</span>")
            + "</div>"]
 
     # totals per device

@@ -151,8 +151,6 @@ class Expected:
 
 def expected(op, sample):
     """Dtype, shape and reference values of ``sample`` from the registry alone."""
-    from anydevice import dtypes as _dt
-
     ex = Expected()
     arrays = _flat(sample.inputs)
     in_dtypes = [_dtype_of(a) for a in arrays]

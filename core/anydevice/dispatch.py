@@ -123,7 +123,7 @@ def _bind(op, args, kwargs):
     return inputs, attrs
 
 
-def _as_tensors(op, inputs, device_hint):
+def _as_tensors(op, inputs):
     """Tensors stay; Python scalars are left for the dtype rule; anything else is an error."""
     out = []
     for name, x in zip(op.inputs, inputs):
@@ -161,7 +161,7 @@ def call(op, args, kwargs):
         if r is not None:
             return r
     inputs, attrs = _bind(op, args, kwargs)
-    return apply(op, _as_tensors(op, inputs, None), attrs)
+    return apply(op, _as_tensors(op, inputs), attrs)
 
 
 def _try_fast(op, args):
