@@ -207,6 +207,33 @@ def test_elapsed_time_is_the_modelled_time_of_the_work_between():
     assert y[0].item() == 2
 
 
+def test_elementwise_fast_path_models_broadcast_and_scalars():
+    rt = runtime()
+    x = ad.arange(12, dtype=ad.float32, device="npu:1").reshape((3, 4))
+    row = ad.asarray([1.0, 2.0, 3.0, 4.0], device="npu:1")
+    start, end = Event("npu:1"), Event("npu:1")
+    start.record()
+    y = x * row
+    end.record()
+    expected = rt.device_time("multiply", (12 + 4 + 12) * 4, 12) * 1e3
+    assert start.elapsed_time(end) == pytest.approx(expected)
+    np.testing.assert_array_equal(y.numpy(), np.arange(12, dtype=np.float32).reshape(3, 4) * [1, 2, 3, 4])
+    assert (x + 0.5).numpy()[2].tolist() == [8.5, 9.5, 10.5, 11.5]  # a Python scalar: a 0-d operand
+    assert (x < 5).dtype == ad.bool and (x < 5).numpy().sum() == 5
+
+
+def test_cached_views_never_outlive_device_memory():
+    chip = runtime().chips[3]
+    free0 = chip.capacity - chip.used
+    x = ad.ones((1000,), device="npu:3")
+    for _ in range(3):
+        x = x + x  # the queued kernels' views go into the device's view cache
+    assert x[999].item() == 8 and chip.views
+    del x
+    ad.device.empty_cache("npu:3")
+    assert not chip.views and chip.capacity - chip.used == free0
+
+
 # --- asynchronous errors ---------------------------------------------------------------------
 def _boom():
     raise ValueError("boom")

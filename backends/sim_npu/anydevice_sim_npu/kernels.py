@@ -58,21 +58,38 @@ def _queued(op, fn):
 
 
 def _binary(op, ufunc):
-    """Returning kernel for a binary element-wise op (broadcasts, picks the result dtype)."""
-    name, rule, out_dtypes = op.name, op.dtype_rule, {}
+    """Returning kernel for a binary element-wise op (broadcasts, picks the result dtype).
+
+    What depends only on the operands' dtypes and shapes -- result shape and dtype, and the
+    modelled device time -- is worked out once per combination and kept in ``plans`` (one
+    table per runtime, since each backend registers its own kernels).
+    """
+    name, rule, plans = op.name, op.dtype_rule, {}
 
     def kernel(ctx, a, b):
-        shape = a.shape if a.shape == b.shape else broadcast_shapes(a.shape, b.shape, opname=name)
-        key = (a.dtype, b.dtype)
-        d = out_dtypes.get(key)
-        if d is None:
-            d = out_dtypes[key] = rule([a.dtype, b.dtype], {})[1]
-        out = ctx.empty(shape, d)
-        ctx.runtime.launch_ufunc(ctx.index, ctx.stream, name, ufunc, out, (a, b))
+        key = (a.dtype, b.dtype, a.shape, b.shape)
+        plan = plans.get(key)
+        if plan is None:
+            plan = plans[key] = _plan(ctx, name, rule, a, b)
+            if len(plans) > 4096:
+                plans.clear()
+        out = ctx.empty(plan[0], plan[1])
+        ctx.runtime.launch_ufunc(ctx.index, ctx.stream, name, ufunc, out, a, b, plan[2])
         return out
 
     kernel.__name__ = f"sim_{name}"
     return kernel
+
+
+def _plan(ctx, name, rule, a, b):
+    """(result shape, result dtype, modelled seconds) of a binary element-wise kernel."""
+    shape = a.shape if a.shape == b.shape else broadcast_shapes(a.shape, b.shape, opname=name)
+    dtype = rule([a.dtype, b.dtype], {})[1]
+    size = 1
+    for n in shape:
+        size *= n
+    nbytes = a.nbytes + b.nbytes + size * dtype.itemsize
+    return shape, dtype, ctx.runtime.device_time(name, nbytes, size)
 
 
 def _reshape(ctx, x, shape, copy=None):

@@ -29,13 +29,19 @@ from .streams import Marker, SimEvent, SimStream
 DIST = "anydevice-sim-npu"
 
 
+#: Most numpy views of device memory a device keeps for its element-wise kernels.
+VIEW_CACHE_SIZE = 4096
+
+
 class Chip:
     """State of one simulated device."""
 
-    def __init__(self, device_type: str, index: int, capacity: int):
-        self.name, self.index, self.capacity = f"{device_type}:{index}", index, capacity
+    def __init__(self, device_type: str, index: int, profile):
+        self.name, self.index, self.capacity = f"{device_type}:{index}", index, profile.memory
+        self.profile = profile
         self.lock = threading.Lock()
         self.store: dict[int, np.ndarray] = {}
+        self.views: dict[tuple, np.ndarray] = {}  # (address, shape, dtype) -> view, see view()
         self.used = 0
         self._next = (index + 1) << 48  # each device has its own address range
         self.streams: list[SimStream] = []
@@ -43,7 +49,25 @@ class Chip:
         self.error: DeviceError | None = None
         self.lost = False
         self.faults: dict[str, int] = {}   # kind -> operations left before it fires
-        self.kernels_run = 0
+
+    def view(self, arr) -> np.ndarray:
+        """A numpy view of a DeviceArray's bytes, cached by (address, shape, dtype).
+
+        The caching allocator hands the same few chunks out again and again, so element-wise
+        kernels on small tensors mostly find their views here instead of building new ones.
+        Only those kernels use the cache (they never touch a view but through a ufunc), and
+        freeing device memory empties it, so no cached view outlives its memory.
+        """
+        blk = arr.block
+        key = (blk.handle + blk.offset + arr.offset, arr.shape, arr.dtype)
+        v = self.views.get(key)
+        if v is None:
+            views = self.views
+            if len(views) >= VIEW_CACHE_SIZE:
+                views.clear()
+            v = views[key] = np.ndarray(arr.shape, arr.dtype._np or arr.dtype.numpy, self.store[blk.handle],
+                                        blk.offset + arr.offset)
+        return v
 
     def new_stream(self) -> SimStream:
         s = SimStream(self, len(self.streams))
@@ -94,7 +118,7 @@ class SimRuntime(Runtime):
 
     def __init__(self, device_type: str, profile):
         self.type, self.profile = device_type, profile
-        self.chips = [Chip(device_type, i, profile.memory) for i in range(profile.count)]
+        self.chips = [Chip(device_type, i, profile) for i in range(profile.count)]
         self.mem: dict[int, np.ndarray] = {}  # address -> bytes, for every device (addresses are unique)
 
     # --- required -------------------------------------------------------------------
@@ -125,6 +149,7 @@ class SimRuntime(Runtime):
             mem = chip.store.pop(handle)
             del self.mem[handle]
             chip.used -= mem.nbytes
+            chip.views.clear()  # no cached view may keep freed memory alive
 
     def copy_h2d(self, index: int, dst: int, offset: int, src: np.ndarray) -> None:
         chip = self.chips[index]
@@ -197,12 +222,17 @@ class SimRuntime(Runtime):
             fn = _injected(chip)
         (chip.default if stream is None else stream).submit(_Kernel(name, fn, out, inputs, attrs, op, self))
 
-    def launch_ufunc(self, index: int, stream, name: str, ufunc, out, inputs) -> None:
-        """Queue ``ufunc(*views(inputs), out=view(out))``: the fast path of element-wise kernels."""
+    def launch_ufunc(self, index: int, stream, name: str, ufunc, out, a, b, seconds: float) -> None:
+        """Queue ``ufunc(view(a), view(b), view(out))``: the fast path of element-wise kernels.
+
+        ``seconds`` is the kernel's modelled time (:meth:`device_time`), added to the stream's
+        clock when it runs. The work item is a plain tuple that the stream worker runs inline.
+        """
         chip = self.chips[index]
-        item = _Ufunc(name, ufunc, out, inputs, self)
         if chip.faults and chip.tick("kernel"):
-            item = _Kernel(name, _injected(chip), out, inputs, None, None, self)
+            item = _Kernel(name, _injected(chip), out, (a, b), None, None, self)
+        else:
+            item = (name, ufunc, out, a, b, seconds)
         (chip.default if stream is None else stream).submit(item)
 
     def view(self, arr) -> np.ndarray:
@@ -337,7 +367,6 @@ class _Kernel:
                 raise ValueError(f"kernel {self.name} produced shape {np.shape(r)}, expected {o.shape}")
             np.copyto(o, r, casting="unsafe")
         stream.clock += self.cost()
-        stream.chip.kernels_run += 1
 
     def cost(self) -> float:
         nbytes, shapes = self.out.nbytes, []
@@ -351,21 +380,6 @@ class _Kernel:
         fl = getattr(self.op, "flops", None)
         flops = fl(shapes, self.attrs or {}) if fl is not None else self.out.size
         return self.rt.device_time(self.name, nbytes, flops)
-
-
-class _Ufunc:
-    __slots__ = ("name", "fn", "out", "inputs", "rt")
-
-    def __init__(self, name, fn, out, inputs, rt):
-        self.name, self.fn, self.out, self.inputs, self.rt = name, fn, out, inputs, rt
-
-    def __call__(self, stream):
-        view, out = self.rt.view, self.out
-        a, b = self.inputs
-        va, vb, vo = view(a), view(b), view(out)
-        self.fn(va, vb, vo)
-        stream.clock += self.rt.profile.device_time(va.nbytes + vb.nbytes + vo.nbytes, vo.size)
-        stream.chip.kernels_run += 1
 
 
 class _Copy:

@@ -1,11 +1,16 @@
 """Streams and events of the simulated devices.
 
 Each stream is a FIFO of work items run in order by its own daemon worker thread, started
-when the stream is first used. Items are callables ``item(chip)``; the worker skips kernels
+when the stream is first used. Items are callables ``item(stream)``, or, for the hot path of
+element-wise kernels, plain tuples ``(name, ufunc, out, a, b, seconds)`` that the worker runs inline
+(no call, views of device memory from the device's view cache). The worker skips kernels
 while its device is in an error state but always runs markers (event records, sync
 points), so nothing waiting on them can hang. A stream keeps a *simulated clock*: the sum
 of the cost-model times of the kernels it ran; events capture it, and ``elapsed_time``
 is the difference.
+
+Host and worker threads share the interpreter lock, so every step of the worker costs the
+host thread time as well: the worker loop is kept as short as the model allows.
 """
 from __future__ import annotations
 
@@ -66,17 +71,21 @@ class SimStream:
                 self._thread = t
 
     def _run(self):
-        get, chip = self._q.get, self.chip
+        get, chip, view = self._q.get, self.chip, self.chip.view
         np.seterr(all="ignore")  # per thread: device math does not warn, like the cpu kernels
         while True:
             item = get()
-            if item is _STOP:
-                return
             try:
-                if type(item) is Marker or chip.error is None:
+                if type(item) is tuple:  # element-wise kernel (name, ufunc, out, a, b, seconds)
+                    if chip.error is None:
+                        item[1](view(item[3]), view(item[4]), view(item[2]))
+                        self.clock += item[5]
+                elif item is _STOP:
+                    return
+                elif type(item) is Marker or chip.error is None:
                     item(self)
             except BaseException as e:  # noqa: BLE001 - recorded, raised at the next sync point
-                chip.fail(self, getattr(item, "name", "work item"), e)
+                chip.fail(self, item[0] if type(item) is tuple else getattr(item, "name", "work item"), e)
             finally:
                 item = None
                 self.done += 1
@@ -88,9 +97,11 @@ class SimStream:
         """Block until everything submitted so far has run (errors are not raised here)."""
         if self._thread is None or self.idle():
             return
-        ev = threading.Event()
-        self.submit(Marker(lambda s: ev.set()))
-        ev.wait()
+        done = threading.Lock()
+        done.acquire()
+        self.submitted += 1
+        self._q.put(Marker(lambda s: done.release()))
+        done.acquire()
 
     def record(self, event: SimEvent) -> None:
         flag = threading.Event()
