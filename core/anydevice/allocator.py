@@ -60,7 +60,18 @@ class _Chunk:
 
 
 class _AllocBlock(Block):
+    """A block carved from a segment; returns its chunk to the allocator's queue when collected."""
+
     __slots__ = ("chunk",)
+
+    def __del__(self):
+        try:
+            self.owner._pending.append(self.chunk)
+        except Exception:  # interpreter shutdown
+            pass
+
+
+_new_block = object.__new__
 
 
 class CachingAllocator:
@@ -92,8 +103,9 @@ class CachingAllocator:
         if self.allocated > self.peak_allocated:
             self.peak_allocated = self.allocated
         self.num_allocs += 1
-        b = _AllocBlock(chunk.seg.handle, chunk.offset, nbytes, self.index, stream, self)
-        b.chunk = chunk
+        b = _new_block(_AllocBlock)
+        b.handle, b.offset, b.size, b.index, b.stream, b.owner, b.chunk = (
+            chunk.seg.handle, chunk.offset, nbytes, self.index, stream, self, chunk)
         return b
 
     def _take(self, size, nbytes, stream):
