@@ -211,24 +211,18 @@ def apply(op, inputs, attrs):
         attrs["device"] = device
 
     # dtypes: promote, check the category, cast inputs to the compute dtype
-    if flat:
-        in_dtypes = _input_dtypes(op, flat, tensors) if scalars else [t.dtype for t in flat]
-        compute, out_dtype = op.dtype_rule(in_dtypes, attrs)
-    elif op.has_device_attr:
-        in_dtypes = ()
-        compute, out_dtype = op.dtype_rule([], attrs)
+    if flat or op.has_device_attr:
+        in_dtypes = (_input_dtypes(op, flat, tensors) if scalars else [t.dtype for t in flat]) if flat else []
+        compute, out_dtype = _dtypes_of(op, in_dtypes, attrs)
     else:
         compute = out_dtype = None
     if compute is not None:
         if type(compute) is tuple:
-            check_category(op.name, op.dtypes, compute[0])
             if scalars or any(d is not c for d, c in zip(in_dtypes, compute)):
                 inputs = _cast_inputs(op, inputs, compute, device)
             compute = compute[0]
-        else:
-            check_category(op.name, op.dtypes, compute)
-            if scalars or any(d is not compute for d in in_dtypes):
-                inputs = _cast_inputs(op, inputs, compute, device)
+        elif scalars or any(d is not compute for d in in_dtypes):
+            inputs = _cast_inputs(op, inputs, compute, device)
     if op.has_device_attr and "dtype" in attrs:
         attrs["dtype"] = out_dtype
     be = device._backend
@@ -268,6 +262,25 @@ def apply(op, inputs, attrs):
         for obs in list(_observers):
             obs(op, device, path, dt, inputs, result)
     return result
+
+
+def _dtypes_of(op, in_dtypes, attrs):
+    """The op's dtype rule and category check, cached per (input dtypes, attribute values)."""
+    try:
+        key = (tuple(in_dtypes), tuple(attrs.values()))
+        hit = op.dtype_cache.get(key)
+    except TypeError:  # an unhashable attribute (a list): no caching
+        key = hit = None
+    if hit is not None:
+        return hit
+    compute, out_dtype = op.dtype_rule(in_dtypes, attrs)
+    if compute is not None:
+        check_category(op.name, op.dtypes, compute[0] if type(compute) is tuple else compute)
+    if key is not None:
+        if len(op.dtype_cache) > 1024:
+            op.dtype_cache.clear()
+        op.dtype_cache[key] = (compute, out_dtype)
+    return compute, out_dtype
 
 
 def _input_dtypes(op, flat, tensors):
@@ -378,7 +391,7 @@ def _plan(op, device, compute):
 
 def _run_kernel(kernel, device, inputs, attrs, out_shape, out_dtype):
     bufs = [[t._buf for t in x] if isinstance(x, list) else x._buf for x in inputs]
-    kw = {k: v for k, v in attrs.items() if k != "device"} if attrs else attrs
+    kw = attrs if not attrs or "device" not in attrs else {k: v for k, v in attrs.items() if k != "device"}
     ctx = device._ctx
     if kernel.out:
         out = device._backend.empty(device.index, out_shape, out_dtype)

@@ -30,7 +30,7 @@ class OpDef:
     __slots__ = (
         "name", "inputs", "variadic", "attrs", "dtype_rule", "shape_rule", "reference", "vjp",
         "decomposition", "category", "doc", "domain", "tolerance", "errors", "dtypes",
-        "differentiable", "plans", "fast", "has_device_attr", "samples", "canon", "flops", "check",
+        "differentiable", "plans", "fast", "has_device_attr", "samples", "canon", "flops", "check", "dtype_cache",
     )
 
     def __init__(self, name, inputs, attrs, dtype_rule, shape_rule, reference, vjp=None, decomposition=None,
@@ -50,6 +50,7 @@ class OpDef:
         self.has_device_attr = "device" in self.attrs
         self.plans: dict = {}
         self.fast: dict = {}
+        self.dtype_cache: dict = {}
 
     @property
     def primitive(self) -> bool:
