@@ -149,11 +149,11 @@ def test_unsupported_dtype_is_refused_clearly():
 # --- streams, events, synchronization --------------------------------------------------------
 def test_launch_returns_at_once_and_host_reads_synchronize():
     t0 = time.perf_counter()
-    y = slow("npu:0", [7, 7, 7, 7], delay=0.3)
-    assert time.perf_counter() - t0 < 0.15  # queued, not run
+    y = slow("npu:0", [7, 7, 7, 7], delay=0.6)
+    assert time.perf_counter() - t0 < 0.3  # queued, not run (generous margin for loaded machines)
     assert not np.array_equal(raw(y), [7, 7, 7, 7])  # a read without synchronization sees stale bytes
     assert y.tolist() == [7, 7, 7, 7]  # copy_d2h waits for the queued kernel
-    assert time.perf_counter() - t0 >= 0.3
+    assert time.perf_counter() - t0 >= 0.6
 
 
 def test_ordering_within_a_stream():
