@@ -272,6 +272,69 @@ def test_scalar_operands_and_high_rank_strides():
     check(on(y)[:, ::2, :, ::-1, :, 1:] + on(y[:1, :1, :, :1, :, 1:]), y[:, ::2, :, ::-1, :, 1:] + y[:1, :1, :, :1, :, 1:])
 
 
+# --- kernel tiers: generic first, specialized when large or hot ---------------------------------------
+def _spy_launches(monkeypatch):
+    """The specs launched through ``kernels._launch`` from now on (with a fresh tier counter)."""
+    from anydevice_opencl import kernels as K
+
+    monkeypatch.setattr(K, "_generic_runs", {})
+    seen, launch = [], K._launch
+    monkeypatch.setattr(K, "_launch", lambda ctx, spec, *a: (seen.append(spec), launch(ctx, spec, *a))[1])
+    return seen
+
+
+def test_tiers_generic_then_specialized(monkeypatch):
+    from anydevice_opencl import kernels as K
+
+    seen = _spy_launches(monkeypatch)
+    a, b = sample("float32", (3, 5)), sample("float32", (1, 5))
+    for _ in range(K.SPECIALIZE_LAUNCHES + 1):  # broadcast: every launch goes through the tier choice
+        check(ad.hypot(on(a), on(b)), ref_op(np.hypot, a, b))
+    assert [s[0] for s in seen] == ["ewg"] * K.SPECIALIZE_LAUNCHES + ["ew"], seen[-2:]
+    assert seen[0] == ("ewg", ("float32", "float32"), "float32") and seen[-1][:2] == ("ew", "hypot")
+    seen.clear()
+    big = sample("float32", (3, K.SPECIALIZE_ELEMENTS))  # large work: specialized at once
+    check(ad.hypot(on(big), on(big[:1])), ref_op(np.hypot, big, big[:1]))
+    check(ad.sum(on(a), axis=1), a.sum(axis=1))
+    check(ad.argmax(on(a), axis=0), np.argmax(a, axis=0))
+    np.testing.assert_allclose(ad.matmul(on(a), on(a.T)).numpy(), a @ a.T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ad.sum(on(big), axis=1).numpy(), big.sum(axis=1), rtol=1e-5, atol=1e-4)
+    assert [s[:3] for s in seen] == [("ew", "hypot", ("float32", "float32")), ("red", "any", "float32"),
+                                     ("red", "arg", "float32"), ("mm", "float32", "simple"), ("red", "sum", "float32")]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+def test_specialized_elementwise(dtype, monkeypatch):
+    """Every element-wise op on its specialized kernels: contiguous, one scalar operand, strided."""
+    from anydevice_opencl import codegen
+    from anydevice_opencl import kernels as K
+
+    monkeypatch.setattr(K, "SPECIALIZE_ELEMENTS", 0)
+    seen = _spy_launches(monkeypatch)
+    for op, fn in {**UNARY, **NEW_UNARY}.items():
+        if codegen.expr_for(op, dtype) is None or dtype == "int32" and op in ("round", "floor"):
+            continue
+        x = sample(dtype, (3, 11), "positive" if op in ("log", "sqrt", "log2", "log10", "log1p") else None)
+        check(getattr(ad, op)(on(x)), ref_op(fn, x))
+    for op, fn in {**BINARY, **NEW_BINARY}.items():
+        if codegen.expr_for(op, dtype) is None:
+            continue
+        a, b = _binary_inputs(op, dtype, (3, 11), (3, 11))
+        b = np.where(b == 0, 1, b).astype(b.dtype) if op in ("remainder", "floor_divide", "divide") else b
+        with np.errstate(all="ignore"):
+            check(getattr(ad, op)(on(a), on(b)), ref_op(fn, a, b))  # cc
+            check(getattr(ad, op)(on(a), on(b[:1, :1])), ref_op(fn, a, b[:1, :1]))  # cs
+            check(getattr(ad, op)(on(a[:, ::2]), on(b[:1, ::2])), ref_op(fn, a[:, ::2], b[:1, ::2]))  # g2
+    assert seen and all(s[0] == "ew" for s in seen), {s[0] for s in seen}
+    for name, fn in (("sum", np.sum), ("max", np.max), ("min", np.min)):
+        for shape in ((5, 6), (3, 40)):  # work-groups of 1 and of 64
+            x = sample(dtype, shape)
+            got = getattr(ad, name)(on(x), axis=1)
+            want = fn(x.astype(np.int64) if dtype == "int32" and name == "sum" else x, axis=1)
+            np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+            check(ad.argmin(on(x), axis=1), np.argmin(x, axis=1))
+
+
 # --- reductions ------------------------------------------------------------------------------------
 AXES = [None, 0, 1, 2, (0, 2), (0, 1), (1, 2), ()]
 
@@ -413,7 +476,7 @@ def test_program_cache_families_and_disk(tmp_path, monkeypatch):
     x = on(np.arange(10, dtype=np.int16))
     check(x * x, np.arange(10, dtype=np.int16) ** 2)
     before = dict(rt.programs.stats)
-    check(ad.maximum(ad.subtract(x, x), ad.max(x)), np.full(10, 9, np.int16))  # the int16 family has them all
+    check(ad.maximum(ad.subtract(x, x), ad.max(x)), np.full(10, 9, np.int16))  # one generic program has them all
     assert rt.programs.stats["builds"] == before["builds"]
     # the disk layer (off on PoCL, which caches builds itself): a spec outside any family builds alone
     monkeypatch.setenv("ANYDEVICE_OPENCL_CACHE_DIR", str(tmp_path))

@@ -4,12 +4,20 @@ A kernel is named by a *spec*, a small tuple whose first item says what it is:
 
 - ``("ew", op, ins, out, mode)``: element-wise ``out = EXPR[op](x0, x1, ...)``; ``op == "copy"``
   with another output dtype is a cast (``astype``) and, on bit types, a strided copy;
-- ``("red", kind, in, out, L)``: a reduction with work-groups of ``L``;
-- ``("mm", dtype, "tiled" | "rows")``: matmul; ``("take", dtype, idx)``; ``("arange", dtype, via)``.
+- ``("ewg", ins, out)``: the *generic* element-wise kernel of a signature: every op with that
+  signature (the op's index in :func:`ewg_ops` is an argument), over 4 strided dims;
+- ``("red", kind, in, out, L)``: a reduction with work-groups of ``L``; kinds ``"any"`` (sum,
+  prod, max, min) and ``"arg"`` (argmax, argmin) are generic: the kind is an argument;
+- ``("mm", dtype, "tiled" | "rows" | "simple")``: matmul; ``("take", dtype, idx)``;
+  ``("arange", dtype, via)``.
 
-Compiling a program costs a fixed ~0.2 s on PoCL however many kernels it holds, and each kernel
-is code-generated lazily at its first launch. So every kernel a dtype is likely to need lives in
-one program per dtype (:func:`family`); a spec outside its family compiles alone.
+PoCL compiles a program in ~0.4 s (mostly fixed, whatever its size) and code-generates each
+kernel lazily at its first launch (~30 ms unoptimized, ~60–100 ms optimized, ~0.7 s for the tiled
+matmul). So kernels come in two tiers, each in shared programs (:func:`program_of`): the
+*generic* kernels of every dtype (:func:`generic_family`) in one program built without
+optimization, which small and one-off launches use, and per dtype a program of *specialized*
+kernels (:func:`family`: one per op, dtype and layout), built when a launch is first worth
+specializing (see :mod:`kernels`). A spec outside these compiles alone.
 
 Every dtype has a *storage* C type and a *compute* C type. float16 is stored as ``half`` and read
 with ``vload_half``/``vstore_half_rte`` (core OpenCL, no ``cl_khr_fp16`` needed); bfloat16 is
@@ -273,43 +281,57 @@ def _reduction(name: str, kind: str, in_dt: str, out_dt: str, local: int) -> str
     Element (m, k) of the input is at ``x_o + m*sm + k*sk``; the group reduces k in
     ``[p*C, min(K, p*C + C))`` with a strided loop, then a tree in local memory.
     ``argmax``/``argmin`` keep (value, index) pairs; ties and NaNs pick the first index.
+    ``kind == "any"`` (sum, prod, max, min) and ``"arg"`` (argmax, argmin) are the generic
+    kernels: the kind is then an ``int kind`` argument indexing those tuples.
     """
     ct = CTYPES[in_dt]
-    T = ct.compute if kind not in ("sum", "prod") else CTYPES[out_dt].compute
+    T = ct.compute if kind not in ("sum", "prod", "any") else CTYPES[out_dt].compute
     L = local
+    generic = kind in ("any", "arg")
     head = (f"__kernel __attribute__((reqd_work_group_size({L}, 1, 1)))\n"
             f"void {name}(__global {CTYPES[out_dt].storage}* out, long out_o, __global const {ct.storage}* x, long x_o,\n"
-            "       long K, long sm, long sk, long P, long C) {\n"
+            f"       {'int kind, ' if generic else ''}long K, long sm, long sk, long P, long C) {{\n"
             "  long g = get_group_id(0); int l = get_local_id(0);\n"
             "  long m = g / P, k0 = (g % P) * C, k1 = min(K, k0 + C);\n"
             "  long base = x_o + m * sm;\n")
-    if kind in ("argmax", "argmin"):
-        cmp = ">" if kind == "argmax" else "<"
+    if kind in ("argmax", "argmin", "arg"):
+        cmp = {"argmax": "v > best", "argmin": "v < best", "arg": "(kind ? v < best : v > best)"}[kind]
         nan = "isnan(v) && !isnan(best)" if ct.kind == "f" else "0"
         keep = "isnan(best)" if ct.kind == "f" else "0"
-        better = (f"inline int better_{name}({T} v, long vi, {T} best, long bi) {{\n"
+        k_, kp = ("kind, ", "int kind, ") if generic else ("", "")
+        better = (f"inline int better_{name}({kp}{T} v, long vi, {T} best, long bi) {{\n"
                   f"  if (bi < 0) return 1; if (vi < 0) return 0;\n"
                   f"  if ({nan}) return 1; if ({keep}) return {'isnan(v) && vi < bi' if ct.kind == 'f' else '0'};\n"
-                  f"  if (v {cmp} best) return 1; if (v == best) return vi < bi; return 0; }}\n")
+                  f"  if ({cmp}) return 1; if (v == best) return vi < bi; return 0; }}\n")
         body = (f"  {T} best = 0; long bi = -1;\n"
                 f"  for (long kk = k0 + l; kk < k1; kk += {L}) {{ {T} v = {load(in_dt, 'x', 'base + kk * sk')};\n"
-                f"    if (better_{name}(v, kk, best, bi)) {{ best = v; bi = kk; }} }}\n"
+                f"    if (better_{name}({k_}v, kk, best, bi)) {{ best = v; bi = kk; }} }}\n"
                 f"  __local {T} sv[{L}]; __local long si[{L}]; sv[l] = best; si[l] = bi;\n"
                 "  barrier(CLK_LOCAL_MEM_FENCE);\n"
                 f"  for (int s = {L} / 2; s > 0; s >>= 1) {{\n"
-                f"    if (l < s && better_{name}(sv[l + s], si[l + s], sv[l], si[l])) {{ sv[l] = sv[l + s]; si[l] = si[l + s]; }}\n"
+                f"    if (l < s && better_{name}({k_}sv[l + s], si[l + s], sv[l], si[l])) {{ sv[l] = sv[l + s]; si[l] = si[l + s]; }}\n"
                 "    barrier(CLK_LOCAL_MEM_FENCE); }\n"
                 f"  if (l == 0) {store(out_dt, 'out', 'out_o + g', 'si[0]')}\n}}\n")
         return better + head + body
-    comb, ident = _COMBINE[kind]
-    if ct.kind != "f" and kind in _COMBINE_INT:
-        comb = _COMBINE_INT[kind]
-    ident = ident.format(lo=ct.lo, hi=ct.hi)
-    fn = f"inline {T} comb_{name}({T} a, {T} b) {{ return ({T})({comb}); }}\n"
-    body = (f"  {T} acc = ({T})({ident});\n"
-            f"  for (long kk = k0 + l; kk < k1; kk += {L}) acc = comb_{name}(acc, ({T}){load(in_dt, 'x', 'base + kk * sk')});\n"
+    kinds = REDUCTIONS[:4] if generic else (kind,)
+    combs, idents = [], []
+    for kd in kinds:
+        comb, ident = _COMBINE[kd]
+        combs.append(_COMBINE_INT[kd] if ct.kind != "f" and kd in _COMBINE_INT else comb)
+        idents.append(ident.format(lo=ct.lo, hi=ct.hi))
+    if generic:
+        fn = (f"inline {T} comb_{name}(int kind, {T} a, {T} b) {{\n  switch (kind) {{\n"
+              + "".join(f"  case {c}: return ({T})({e});\n" for c, e in enumerate(combs)) + "  }\n  return a; }\n"
+              + f"inline {T} ident_{name}(int kind) {{\n  switch (kind) {{\n"
+              + "".join(f"  case {c}: return ({T})({e});\n" for c, e in enumerate(idents)) + "  }\n  return 0; }\n")
+        k_, ident = "kind, ", f"ident_{name}(kind)"
+    else:
+        fn = f"inline {T} comb_{name}({T} a, {T} b) {{ return ({T})({combs[0]}); }}\n"
+        k_, ident = "", f"({T})({idents[0]})"
+    body = (f"  {T} acc = {ident};\n"
+            f"  for (long kk = k0 + l; kk < k1; kk += {L}) acc = comb_{name}({k_}acc, ({T}){load(in_dt, 'x', 'base + kk * sk')});\n"
             f"  __local {T} sh[{L}]; sh[l] = acc;\n  barrier(CLK_LOCAL_MEM_FENCE);\n"
-            f"  for (int s = {L} / 2; s > 0; s >>= 1) {{\n    if (l < s) sh[l] = comb_{name}(sh[l], sh[l + s]);\n"
+            f"  for (int s = {L} / 2; s > 0; s >>= 1) {{\n    if (l < s) sh[l] = comb_{name}({k_}sh[l], sh[l + s]);\n"
             "    barrier(CLK_LOCAL_MEM_FENCE); }\n"
             f"  if (l == 0) {store(out_dt, 'out', 'out_o + g', 'sh[0]')}\n}}\n")
     return fn + head + body
@@ -392,6 +414,53 @@ def _arange(name: str, dt: str, via: str) -> str:
             f"  {store(dt, 'out', 'out_o + i', f'start + step * ({via})i', via)}\n}}\n")
 
 
+# --- generic kernels: one per signature, the op (or reduction kind) as an argument -------------
+def ewg_ops(ins: tuple, out: str) -> tuple:
+    """The ops a generic element-wise kernel of signature ``ins -> out`` serves; an op's code is
+    its index here. Unary signatures include ``copy`` (a cast, or a strided copy)."""
+    dt = ins[-1]
+    ops = [op for op in EXPR if op != "copy" and expr_for(op, dt) is not None and ew_signature(op, dt) == (ins, out)]
+    return tuple((["copy"] if len(ins) == 1 else []) + sorted(ops))
+
+
+def _generic_elementwise(name: str, ins: tuple, out: str) -> str:
+    """``out = EXPR[ops[op]](x0, ...)`` over 4 strided dims (the host pads collapsed dims with
+    size-1 ones), so one kernel serves every op of the signature in every layout.
+
+    Arguments: op, out, out_o, out_s0..3, then per input pk, pk_o, pk_s0..3, then n0..n3, n.
+    """
+    T, nd = CTYPES[ins[-1]].compute, MAX_RANK
+    params = ["int op", _params("out", out, "g", nd, False)]
+    params += [_params(f"p{k}", dt, "g", nd, True) for k, dt in enumerate(ins)]
+    params += [f"long n{d}" for d in range(nd)]
+    body = ["  long i = get_global_id(0);", "  if (i >= n) return;", "  long r = i;"]
+    for d in reversed(range(nd)):
+        body.append(f"  long c{d} = r % n{d}; r /= n{d};" if d else f"  long c{d} = r;")
+    for k, dt in enumerate(ins):
+        body.append(f"  {CTYPES[dt].compute} x{k} = {load(dt, f'p{k}', _index(f'p{k}', 'g', nd))};")
+    body.append("  switch (op) {")
+    for code, op in enumerate(ewg_ops(ins, out)):
+        body.append(f"  case {code}: {store(out, 'out', _index('out', 'g', nd), expr_for(op, ins[-1]), T)} break;")
+    body.append("  }")
+    return f"__kernel void {name}(" + ", ".join(params) + ", long n) {\n" + "\n".join(body) + "\n}\n"
+
+
+def _matmul_simple(name: str, dt: str) -> str:
+    """One work-item per element of C, summing over k in order (as the tiled kernel does);
+    groups of 8×8, global size (ceil(N/8)*8, ceil(M/8)*8, batch)."""
+    T, S = CTYPES[dt].compute, CTYPES[dt].storage
+    prod = f"{load(dt, 'a', 'ab + k')} * {load(dt, 'b', 'bb + k * N')}"
+    return (f"__kernel __attribute__((reqd_work_group_size(8, 8, 1)))\n"
+            f"void {name}(__global {S}* c, long c_o, __global const {S}* a, long a_o,\n"
+            f"       __global const {S}* b, long b_o, long M, long N, long K, long sa, long sb) {{\n"
+            "  long col = get_global_id(0), row = get_global_id(1), z = get_global_id(2);\n"
+            "  if (col >= N || row >= M) return;\n"
+            "  long ab = a_o + z * sa + row * K, bb = b_o + z * sb + col;\n"
+            f"  {T} acc = 0;\n"
+            f"  for (long k = 0; k < K; k++) acc = ({T})(acc + {prod});\n"
+            f"  {store(dt, 'c', 'c_o + z * M * N + row * N + col', 'acc', T)}\n}}\n")
+
+
 # --- specs, families and programs --------------------------------------------------------------
 def name(spec: tuple) -> str:
     """The kernel's C name: the spec's items joined by ``_`` (unique within any program)."""
@@ -399,34 +468,74 @@ def name(spec: tuple) -> str:
 
 
 def home(spec: tuple) -> str:
-    """The dtype whose family may hold ``spec``."""
+    """The dtype whose programs may hold ``spec``."""
     kind = spec[0]
     if kind == "ew":
         return spec[2][-1]
+    if kind == "ewg":
+        return spec[1][-1]
     if kind == "red":
         return spec[2]
     return spec[1]
+
+
+def is_generic(spec: tuple) -> bool:
+    """True for the kernels of a dtype's *generic* program (shape-, layout- and op-generic)."""
+    kind = spec[0]
+    return (kind == "ewg" or kind == "red" and spec[1] in ("any", "arg") or kind == "mm" and spec[2] == "simple"
+            or kind in ("take", "arange") and spec[-1] == "generic")
 
 
 def kernel_source(spec: tuple) -> str:
     kind, n = spec[0], name(spec)
     if kind == "ew":
         return _elementwise(n, *spec[1:])
+    if kind == "ewg":
+        return _generic_elementwise(n, *spec[1:])
     if kind == "red":
         return _reduction(n, *spec[1:])
     if kind == "mm":
-        return _matmul_rows(n, spec[1]) if spec[2] == "rows" else _matmul(n, spec[1])
+        return {"rows": _matmul_rows, "simple": _matmul_simple, "tiled": _matmul}[spec[2]](n, spec[1])
     if kind == "take":
-        return _take(n, *spec[1:])
+        return _take(n, *spec[1:3])
     if kind == "arange":
-        return _arange(n, *spec[1:])
+        return _arange(n, *spec[1:3])
     raise ValueError(f"unknown kernel spec {spec!r}")
+
+
+def _reduce_outs(dt: str) -> list:
+    return sorted({dt, PARTIAL.get(dt, dt)} | ({"float16", "bfloat16"} if dt == "float32" else set()))
+
+
+@functools.lru_cache(maxsize=None)
+def generic_family(dt: str, fp64: bool) -> frozenset:
+    """The specs of ``dt``'s generic program: one element-wise kernel per signature (casts to
+    every dtype included), the two generic reductions per output dtype, a simple matmul, and
+    take (bit types) and arange (their specs end with ``"generic"``). Small and rarely repeated
+    launches run these."""
+    targets = [d for d in CTYPES if fp64 or d != "float64"]
+    sigs = {ew_signature(op, dt) for op in EXPR if op != "copy" and expr_for(op, dt) is not None}
+    sigs |= {((dt,), d) for d in targets}
+    specs = [("ewg", ins, out) for ins, out in sigs]
+    specs += [("red", "any", dt, o, REDUCE_LOCAL[-1]) for o in _reduce_outs(dt)]
+    specs.append(("red", "arg", dt, "int64", REDUCE_LOCAL[-1]))
+    if dt != "bool":
+        specs.append(("mm", dt, "simple"))
+    specs += [s + ("generic",) for s in _take_arange(dt, fp64)]
+    return frozenset(specs)
+
+
+def _take_arange(dt: str, fp64: bool) -> list:
+    vias = ["long"] if CTYPES[dt].kind in "iu" else []
+    specs = [("arange", dt, v) for v in vias + ["float"] + (["double"] if fp64 else [])]
+    return specs + ([("take", dt, i) for i in ("int32", "int64")] if dt in BITS else [])
 
 
 @functools.lru_cache(maxsize=None)
 def family(dt: str, fp64: bool) -> frozenset:
-    """Every spec compiled in ``dt``'s program: all element-wise ops in every mode, casts to every
-    dtype, reductions, matmul, and (bit types) strided copies and take; plus arange."""
+    """The specs of ``dt``'s specialized program: every element-wise op in every mode, casts to
+    every dtype, (bit types) strided copies and take, each reduction kind per work-group size,
+    the fast matmuls, and arange. Large or often repeated launches run these."""
     specs = []
     for op in EXPR:
         if op != "copy" and expr_for(op, dt) is not None:
@@ -436,17 +545,33 @@ def family(dt: str, fp64: bool) -> frozenset:
     specs += [("ew", "copy", (dt,), d, "c") for d in targets]
     if dt in BITS:
         specs += [("ew", "copy", (dt,), dt, m) for m in ew_modes(1)[1:]]
-        specs += [("take", dt, i) for i in ("int32", "int64")]
-    outs = {dt, PARTIAL.get(dt, dt)} | ({"float16", "bfloat16"} if dt == "float32" else set())
-    specs += [("red", k, dt, o, L) for k in REDUCTIONS[:4] for o in sorted(outs) for L in REDUCE_LOCAL]
+    specs += [("red", k, dt, o, L) for k in REDUCTIONS[:4] for o in _reduce_outs(dt) for L in REDUCE_LOCAL]
     specs += [("red", k, dt, "int64", L) for k in REDUCTIONS[4:] for L in REDUCE_LOCAL]
     if dt != "bool":
         specs.append(("mm", dt, "tiled"))
     if dt == "float32":  # (double8 trips PoCL's x86 ABI handling without AVX-512)
         specs.append(("mm", dt, "rows"))
-    vias = ["long"] if CTYPES[dt].kind in "iu" else []
-    specs += [("arange", dt, v) for v in vias + ["float"] + (["double"] if fp64 else [])]
-    return frozenset(specs)
+    return frozenset(specs + _take_arange(dt, fp64))
+
+
+def program_of(spec: tuple, fp64: bool) -> tuple | None:
+    """The key of the shared program holding ``spec``: ``("generic",)`` (one program for the
+    generic kernels of every dtype: its source costs little next to PoCL's fixed ~0.4 s per
+    build, and kernels are code-generated only when first launched), ``("special", dtype)``,
+    or None when the spec compiles in a program of its own."""
+    dt = home(spec)
+    if dt not in CTYPES or not fp64 and dt == "float64":
+        return None
+    if is_generic(spec):
+        return ("generic",) if spec in generic_family(dt, fp64) else None
+    return ("special", dt) if spec in family(dt, fp64) else None
+
+
+def program_specs(key: tuple, fp64: bool) -> frozenset:
+    """The specs of the shared program ``key`` (see :func:`program_of`)."""
+    if key[0] == "special":
+        return family(key[1], fp64)
+    return frozenset().union(*(generic_family(d, fp64) for d in CTYPES if fp64 or d != "float64"))
 
 
 def program_source(specs, fp64: bool) -> str:

@@ -5,6 +5,14 @@ Element-wise ops come from the :data:`codegen.EXPR` table and allocate their own
 convention, except ``reshape``, which returns a view of its input's block. Movement ops
 (permute_dims, broadcast_to, getitem, setitem, concat) are one strided copy. Ops not registered
 here run through their decompositions or the CPU fallback.
+
+Two tiers of kernels (PoCL code-generates each kernel at its first launch, ~30–100 ms): a launch
+first runs a *generic* kernel (one per dtype signature, the op or reduction kind an argument,
+any layout up to 4 strided dims; built without optimization), and switches to the *specialized*
+kernel of its exact op, dtype and layout once it is large (:data:`SPECIALIZE_ELEMENTS`) or has
+run :data:`SPECIALIZE_LAUNCHES` times. Tests and one-off calls then compile a few kernels,
+and hot loops and big arrays still get the fast ones. Both tiers compute the same expressions;
+floating-point sums may differ in the last bits (another summation order).
 """
 from __future__ import annotations
 
@@ -23,6 +31,26 @@ _BITS = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}  # bit-copy dtype by
 ELEMENTWISE = [op for op in codegen.EXPR if op not in ("copy", "gelu_tanh")]
 LOCAL = 128  # work-group size of element-wise launches (fixed: PoCL compiles per work-group size)
 _DTYPES = {d: _dt.dtype(d) for d in codegen.CTYPES}
+SPECIALIZE_ELEMENTS = 4096  # work (elements; m*n*k for matmul) from which a launch is specialized at once
+SPECIALIZE_LAUNCHES = 32  # generic launches of one specialized spec before it is compiled
+_generic_runs: dict = {}  # specialized spec -> launches that ran a generic kernel instead
+_CODES = [np.int32(i) for i in range(64)]  # op/kind codes of generic kernels (shared objects: no re-set)
+
+
+def _specialize(spec, work: int) -> bool:
+    """Whether a launch of ``spec`` doing ``work`` runs the specialized kernel (else a generic one)."""
+    if work >= SPECIALIZE_ELEMENTS:
+        return True
+    n = _generic_runs.get(spec, 0)
+    if n >= SPECIALIZE_LAUNCHES:
+        return True
+    _generic_runs[spec] = n + 1
+    return False
+
+
+def _tiered(spec, work: int) -> tuple:
+    """``spec``, or its generic twin (same source, unoptimized build) — for take and arange."""
+    return spec if _specialize(spec, work) else spec + ("generic",)
 
 
 # --- launching -----------------------------------------------------------------------------------
@@ -109,29 +137,51 @@ def _collapse(shape, strides):
 
 def elementwise(ctx, op: str, out: View, ins: list, shape) -> None:
     """Launch ``out = EXPR[op](ins)`` over ``shape``: contiguous (``c``/``s`` per input) when the
-    output is contiguous and the inputs are, else strided over the collapsed dims."""
+    output is contiguous and the inputs are, else strided over the collapsed dims; the generic
+    kernel of the signature until the launch is worth specializing (:func:`_specialize`)."""
     n = _prod(shape)
     if n == 0:
         return
     local = min(LOCAL, ctx.runtime.devices[ctx.index].max_work_group_size)
     dts = tuple(v.dtype for v in ins)
     modes = "".join(v.mode for v in ins)
-    if out.mode == "c" and "g" not in modes and (len(ins) == 2 and modes != "ss" or "s" not in modes):
+    contiguous = out.mode == "c" and "g" not in modes and (len(ins) == 2 and modes != "ss" or "s" not in modes)
+    if not _specialize(("ew", op, dts, out.dtype, modes if contiguous else "g"), n):
+        _generic(ctx, op, out, ins, shape)
+        return
+    if contiguous:
         args = [out.handle, out.off]
         for v in ins:
             args += [v.handle, v.off]
         _launch(ctx, ("ew", op, dts, out.dtype, modes), (-(-n // local) * local,), (local,), args + [n])
         return
+    _launch_strided(ctx, ("ew", op, dts, out.dtype), [], out, ins, shape, local, pad=False)
+
+
+def _generic(ctx, op: str, out: View, ins: list, shape) -> None:
+    """``out = EXPR[op](ins)`` by the generic kernel of the signature (any layout)."""
+    dts = tuple(v.dtype for v in ins)
+    code = _CODES[codegen.ewg_ops(dts, out.dtype).index(op)]
+    local = min(LOCAL, ctx.runtime.devices[ctx.index].max_work_group_size)
+    _launch_strided(ctx, ("ewg", dts, out.dtype), [code], out, ins, shape, local, pad=True)
+
+
+def _launch_strided(ctx, spec, head, out: View, ins: list, shape, local: int, pad: bool) -> None:
+    """Launch a strided element-wise kernel (``spec`` + ``g<rank>`` unless ``pad``, which pads
+    the collapsed dims to :data:`codegen.MAX_RANK`) once per index of dims beyond that rank."""
     views = [out] + ins
     dims, strides = _collapse(shape, [v.full_strides(shape) for v in views])
     lead, dims = dims[:-codegen.MAX_RANK], dims[-codegen.MAX_RANK:]
-    spec = ("ew", op, dts, out.dtype, f"g{len(dims)}")
+    extra = codegen.MAX_RANK - len(dims) if pad else 0
+    if not pad:
+        spec = spec + (f"g{len(dims)}",)
+    dims = [1] * extra + dims
     n = _prod(dims)
     for idx in itertools.product(*[range(d) for d in lead]):  # one launch per index of extra leading dims
-        args = []
+        args = list(head)
         for v, st in zip(views, strides):
             off = v.off + sum(i * s for i, s in zip(idx, st))
-            args += [v.handle, off] + st[len(lead):]
+            args += [v.handle, off] + [0] * extra + st[len(lead):]
         _launch(ctx, spec, (-(-n // local) * local,), (local,), args + dims + [n])
 
 
@@ -174,6 +224,9 @@ def _elementwise_kernel(op: str):
             n = out.size
             if n:
                 if run is None:
+                    if not _specialize(spec, n):
+                        _generic(ctx, spec[1], View.of(out), [View.of(x) for x in xs], shape)
+                        return out
                     run = p[3] = ctx.runtime.programs.kernel(ctx.runtime, ctx.index, spec)
                 args = [out.handle, _off(out)]
                 for x in xs:
@@ -226,7 +279,16 @@ def reduce(ctx, kind: str, out, x, axes: tuple) -> None:
         t = _materialize(ctx, x, [shape[d] for d in perm], [st[d] for d in perm], x_o)
         x_h, x_o, sm, sk = t.handle, _off(t), k, 1
     xd, od = x.dtype.name, out.dtype.name
-    if kind in ("argmax", "argmin") or m > 64 or k < 16384:
+    arg = kind in ("argmax", "argmin")
+    generic = ("red", "arg" if arg else "any", xd, od, codegen.REDUCE_LOCAL[-1])
+    if (ctx.runtime.devices[ctx.index].max_work_group_size >= generic[-1]
+            and generic in codegen.generic_family(xd, ctx.runtime.has_fp64(ctx.index))
+            and not _specialize(("red", kind, xd, od), m * k)):
+        code = _CODES[(("argmax", "argmin") if arg else codegen.REDUCTIONS[:4]).index(kind)]
+        args = [out.handle, _off(out), x_h, x_o, code, k, sm, sk, 1, k]
+        _launch(ctx, generic, (m * generic[-1],), (generic[-1],), args)
+        return
+    if arg or m > 64 or k < 16384:
         _run_reduce(ctx, kind, out.handle, _off(out), od, x_h, x_o, xd, m, k, sm, sk)
         return
     # few long rows: partial results per chunk, then reduce the partials
@@ -263,8 +325,9 @@ def _operand(ctx, a, shape2, batch):
 
 
 def matmul(ctx, out, a, b) -> None:
-    """float32 with M and N multiples of 8: :func:`codegen._matmul_rows`; any other shape or
-    dtype: the register-blocked tiled kernel (:func:`codegen._matmul`)."""
+    """Small or rarely repeated: :func:`codegen._matmul_simple`; else float32 with M and N
+    multiples of 8: :func:`codegen._matmul_rows`; any other shape or dtype: the register-blocked
+    tiled kernel (:func:`codegen._matmul`)."""
     ash = (1,) + tuple(a.shape) if len(a.shape) == 1 else tuple(a.shape)
     bsh = tuple(b.shape) + (1,) if len(b.shape) == 1 else tuple(b.shape)
     m, k, n = ash[-2], ash[-1], bsh[-1]
@@ -277,18 +340,23 @@ def matmul(ctx, out, a, b) -> None:
         ctx.runtime.memset(ctx.index, out.handle, out.byte_offset, 0, out.nbytes, ctx.stream)
         return
     cap = ctx.runtime.devices[ctx.index].max_work_group_size
-    if cap < 256:
-        raise RuntimeError(f"matmul on {ctx.device} needs work-groups of 256 (the device allows {cap}); "
-                           "run it on the cpu or another OpenCL device")
     a, sa = _operand(ctx, a, (m, k), batch)
     b, sb = _operand(ctx, b, (k, n), batch)
     args = [out.handle, _off(out), a.handle, _off(a), b.handle, _off(b), m, n, k, sa, sb]
-    if a.dtype.name == "float32" and m % 8 == 0 and n % 8 == 0:
-        _launch(ctx, ("mm", a.dtype.name, "rows"), (-(-n // 64) * 8, -(-m // 64) * 8, _prod(batch)), (8, 8, 1), args)
+    dt = a.dtype.name
+    fast = "rows" if dt == "float32" and m % 8 == 0 and n % 8 == 0 else "tiled"
+    if cap >= 64 and not _specialize(("mm", dt, fast), m * n * k * _prod(batch)):
+        _launch(ctx, ("mm", dt, "simple"), (-(-n // 8) * 8, -(-m // 8) * 8, _prod(batch)), (8, 8, 1), args)
+        return
+    if cap < 256:
+        raise RuntimeError(f"matmul on {ctx.device} needs work-groups of 256 (the device allows {cap}); "
+                           "run it on the cpu or another OpenCL device")
+    if fast == "rows":
+        _launch(ctx, ("mm", dt, "rows"), (-(-n // 64) * 8, -(-m // 64) * 8, _prod(batch)), (8, 8, 1), args)
         return
     t = codegen.TILE
     gsize = (-(-n // t) * 16, -(-m // t) * 16, _prod(batch))
-    _launch(ctx, ("mm", a.dtype.name, "tiled"), gsize, (16, 16, 1), args)
+    _launch(ctx, ("mm", dt, "tiled"), gsize, (16, 16, 1), args)
 
 
 # --- movement ----------------------------------------------------------------------------------
@@ -371,7 +439,7 @@ def take(ctx, out, x, indices, axis):
     post = _prod(x.shape[axis + 1:])
     args = [out.handle, _off(out), x.handle, _off(x), indices.handle, _off(indices), bad.handle, n, nidx, post, out.size]
     g = -(-out.size // LOCAL) * LOCAL
-    _launch(ctx, ("take", _bits(x), indices.dtype.name), (g,), (LOCAL,), args)
+    _launch(ctx, _tiered(("take", _bits(x), indices.dtype.name), out.size), (g,), (LOCAL,), args)
     flag = np.zeros(1, np.int32)
     cl.enqueue_copy(rt.queue(i, ctx.stream), flag, bad.handle, src_offset=bad.byte_offset, is_blocking=True)
     if flag[0]:
@@ -396,7 +464,7 @@ def arange(ctx, out, start, stop, step, dtype):
         via, cast = "long", np.int64
     args = [out.handle, _off(out), cast(start), cast(step), n]
     g = -(-n // LOCAL) * LOCAL
-    _launch(ctx, ("arange", dtype.name, via), (g,), (LOCAL,), args)
+    _launch(ctx, _tiered(("arange", dtype.name, via), n), (g,), (LOCAL,), args)
 
 
 # --- registration ------------------------------------------------------------------------------

@@ -26,6 +26,8 @@ PLATFORM_ENV = "ANYDEVICE_OPENCL_PLATFORM"
 DEVICE_TYPE_ENV = "ANYDEVICE_OPENCL_DEVICE_TYPE"
 CACHE_ENV = "ANYDEVICE_OPENCL_CACHE_DIR"
 BUILD_OPTIONS = ("-cl-fp32-correctly-rounded-divide-sqrt",)
+#: added for the generic kernels (small, rarely repeated launches): halves PoCL's per-kernel code generation
+GENERIC_OPTIONS = ("-cl-opt-disable",)
 _TYPES = {"cpu": cl.device_type.CPU, "gpu": cl.device_type.GPU, "accelerator": cl.device_type.ACCELERATOR}
 
 
@@ -96,15 +98,17 @@ class ProgramCache:
     """Kernels by spec (see :mod:`codegen`), built once: memory dict → disk
     (``<dir>/<sha256>.bin``) → compile.
 
-    A spec in its dtype's family comes from that family's program (one build serves every kernel
-    of the dtype); any other spec gets a program of its own. The disk key hashes the source,
-    build options, platform, device and driver versions. ``ANYDEVICE_OPENCL_CACHE_DIR`` moves the
-    folder (default ``~/.cache/anydevice/opencl``); set it to ``off`` to disable the disk cache.
+    A spec of a shared program (:func:`codegen.program_of`: the generic kernels of all dtypes,
+    or one dtype's specialized kernels) comes from that program, built at its first use; any
+    other spec gets a program of its own. Generic kernels build with :data:`GENERIC_OPTIONS`
+    too. The disk key hashes the source, build options, platform, device and driver versions.
+    ``ANYDEVICE_OPENCL_CACHE_DIR`` moves the folder (default ``~/.cache/anydevice/opencl``);
+    set it to ``off`` to disable the disk cache.
     """
 
     def __init__(self):
         self.kernels: dict = {}  # (device index, spec) -> Launcher
-        self.programs: dict = {}  # (device index, dtype or spec) -> cl.Program
+        self.programs: dict = {}  # (device index, program key or spec) -> cl.Program
         self.stats = {"memory_hits": 0, "disk_hits": 0, "builds": 0}
         self._lock = threading.Lock()
 
@@ -121,13 +125,13 @@ class ProgramCache:
             return k
         with self._lock:
             fp64 = rt.has_fp64(index)
-            home = codegen.home(spec)
-            key = home if spec in codegen.family(home, fp64) else spec
+            shared = codegen.program_of(spec, fp64)
+            key = shared or spec
             prg = self.programs.get((index, key))
             if prg is None:
-                specs = codegen.family(home, fp64) if isinstance(key, str) else [spec]
-                src = codegen.program_source(specs, fp64)
-                prg = self.programs[(index, key)] = self._program(rt.contexts[index], rt.devices[index], src)
+                src = codegen.program_source(codegen.program_specs(shared, fp64) if shared else [spec], fp64)
+                opts = BUILD_OPTIONS + (GENERIC_OPTIONS if codegen.is_generic(spec) else ())
+                prg = self.programs[(index, key)] = self._program(rt.contexts[index], rt.devices[index], src, opts)
             k = self.kernels[(index, spec)] = Launcher(cl.Kernel(prg, codegen.name(spec)))
         return k
 
@@ -137,8 +141,8 @@ class ProgramCache:
         binary makes it code-generate every kernel of the program (seconds for a family)."""
         return "portable computing language" not in dev.platform.name.lower()
 
-    def _program(self, ctx, dev, src: str) -> cl.Program:
-        opts = list(BUILD_OPTIONS)
+    def _program(self, ctx, dev, src: str, options: tuple) -> cl.Program:
+        opts = list(options)
         ident = "\n".join([src, " ".join(opts), dev.platform.name, dev.platform.version, dev.name,
                            dev.driver_version, cl.VERSION_TEXT])
         folder = self.folder() if self.keeps_binaries(dev) else None
