@@ -226,7 +226,7 @@ def apply(op, inputs, attrs):
     if op.has_device_attr and "dtype" in attrs:
         attrs["dtype"] = out_dtype
     be = device._backend
-    if out_dtype is not None and out_dtype is not compute and out_dtype not in be.dtypes(device.index):
+    if out_dtype is not None and out_dtype not in be.dtypes(device.index):
         if _depth() > 0:  # a step of a decomposition needs a dtype this device lacks: the whole op falls back
             raise _NeedsFallback(op.name)
         be.check_dtype(device.index, out_dtype)

@@ -107,7 +107,8 @@ def dtype(spec) -> DType:
     if d is None:
         if npd.name == "bfloat16":
             return bfloat16
-        raise TypeError(f"numpy dtype {npd} has no anydevice equivalent; allowed: {', '.join(_BY_NAME)}")
+        kind = {"U": "text", "S": "bytes", "O": "Python objects", "M": "dates", "m": "time deltas"}.get(npd.kind, str(npd))
+        raise TypeError(f"{kind} (numpy dtype {npd}) cannot be a tensor element type; allowed: {', '.join(_BY_NAME)}")
     return d
 
 

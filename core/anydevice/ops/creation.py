@@ -35,9 +35,11 @@ def _scalar_dtype(v):
 def _shape(shape, name):
     if isinstance(shape, (int, np.integer)):
         shape = (int(shape),)
+    if isinstance(shape, (str, bytes)):
+        raise TypeError(f"{name}(): shape must be an int or a sequence of ints, not {shape!r}")
     try:
         shape = tuple(int(s) for s in shape)
-    except TypeError:
+    except (TypeError, ValueError):
         raise TypeError(f"{name}(): shape must be an int or a sequence of ints, not {shape!r}") from None
     if any(s < 0 for s in shape):
         raise ValueError(f"{name}(): negative dimension in shape {shape}")

@@ -279,6 +279,8 @@ def _clip_rule(ds, attrs):
     d = ds[0]
     for k in ("min", "max"):
         v = attrs.get(k)
+        if v is not None and type(v) not in (bool, int, float, complex):
+            raise TypeError(f"clip(): {k} must be None or a Python number, not {type(v).__name__}")
         if type(v) in (bool, int, float, complex) and not _dt.scalar_dtype_ok(v, d):
             raise TypeError(f"clip(): {k}={v!r} cannot be combined with a {d.name} tensor (Array API rules)")
     for e in ds[1:]:

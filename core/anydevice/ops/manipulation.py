@@ -28,9 +28,11 @@ def _same(cat="all"):
 def _shape_tuple(shape, name):
     if isinstance(shape, int):
         shape = (shape,)
+    if isinstance(shape, (str, bytes)):
+        raise TypeError(f"{name}(): shape must be an int or a sequence of ints, not {shape!r}")
     try:
         shape = tuple(int(s) for s in shape)
-    except TypeError:
+    except (TypeError, ValueError):
         raise TypeError(f"{name}(): shape must be an int or a sequence of ints, not {shape!r}") from None
     return shape
 

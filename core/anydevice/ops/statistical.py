@@ -180,6 +180,18 @@ define("mean", inputs=("x",), attrs=dict(_AX), dtype_rule=_float_rule, shape_rul
        category="reduction", flops=_flops, tolerance={"float32": (1e-5, 1e-4)})
 
 
+def _canon_corr(name):
+    axes = _canon_axes(name)
+
+    def canon(shapes, attrs):
+        c = attrs["correction"]
+        if type(c) not in (int, float) or not c >= 0:
+            raise ValueError(f"{name}(): correction must be a non-negative number, not {c!r}")
+        return axes(shapes, attrs)
+
+    return canon
+
+
 def _var(x, axis, keepdims, correction=0.0):
     f = F()
     n = _count(x.shape, axis)
@@ -214,11 +226,11 @@ def _std_vjp(g, i, o, axis, keepdims, correction=0.0):
 
 _CORR = {**_AX, "correction": 0.0}
 define("var", inputs=("x",), attrs=dict(_CORR), dtype_rule=_same_rule("real_floating"), shape_rule=_rshape,
-       reference=_var_ref, vjp=_var_vjp, decomposition=_var, canon=_canon_axes("var"), category="reduction",
+       reference=_var_ref, vjp=_var_vjp, decomposition=_var, canon=_canon_corr("var"), category="reduction",
        flops=_flops, tolerance={"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2)})
 define("std", inputs=("x",), attrs=dict(_CORR), dtype_rule=_same_rule("real_floating"), shape_rule=_rshape,
        reference=_std_ref, vjp=_std_vjp, decomposition=lambda x, axis, keepdims, correction=0.0: F().sqrt(F().var(x, axis=axis, keepdims=keepdims, correction=correction)),
-       canon=_canon_axes("std"), category="reduction", flops=_flops, tolerance={"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2)})
+       canon=_canon_corr("std"), category="reduction", flops=_flops, tolerance={"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2)})
 
 
 def _bool_rule(ds, attrs):
