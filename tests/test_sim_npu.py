@@ -418,3 +418,15 @@ def test_training_loop_matches_cpu():
     assert ref[-1] < ref[0]
     for dev in ("npu:0", "xpu:0", "dcu:0"):
         np.testing.assert_allclose(_train(dev), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_non_blocking_upload_is_queued_behind_earlier_work():
+    slow("npu:0", [0, 0, 0, 0], delay=0.6)
+    host = ad.asarray([1.0, 2.0, 3.0, 4.0])
+    t0 = time.perf_counter()
+    y = host.to("npu:0", non_blocking=True)
+    assert time.perf_counter() - t0 < 0.3, "the copy was queued, not waited for"
+    assert not np.array_equal(raw(y), [1, 2, 3, 4])
+    assert y.tolist() == [1.0, 2.0, 3.0, 4.0]
+    z = host.to("npu:1")  # blocking by default: the bytes are there on return
+    assert np.array_equal(raw(z), [1, 2, 3, 4])

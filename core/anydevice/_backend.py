@@ -198,14 +198,21 @@ class Backend:
         stream = self._streams[index] or self._default[index] or self.default_stream(index)
         return DeviceArray(self.allocators[index].allocate(n or 1, stream.handle), shape, dtype)
 
-    def from_host(self, index: int, arr: np.ndarray, dtype):
+    def from_host(self, index: int, arr: np.ndarray, dtype, non_blocking: bool = False):
+        """Upload a host array. ``non_blocking`` queues the copy on the current stream and returns
+        at once when the runtime has ``copy_h2d_async`` (the array must not change afterwards:
+        anydevice's own host buffers never do); otherwise the copy is synchronous."""
         self.check_dtype(index, dtype)
         arr = np.asarray(arr, dtype=dtype.numpy, order="C")
         if self.own_storage:
             return self.runtime.from_host(self.phys(index), arr)
         buf = self.empty(index, arr.shape, dtype)
         if arr.nbytes:
-            self.runtime.copy_h2d(self.phys(index), buf.handle, buf.byte_offset, arr)
+            if non_blocking and self.has("copy_h2d_async"):
+                self.runtime.copy_h2d_async(self.phys(index), buf.handle, buf.byte_offset, arr,
+                                            self.current_stream(index).handle)
+            else:
+                self.runtime.copy_h2d(self.phys(index), buf.handle, buf.byte_offset, arr)
         return buf
 
     def to_host(self, buf, index: int, shape: tuple, dtype) -> np.ndarray:
@@ -225,8 +232,10 @@ class Backend:
             return buf
         return self.from_host(index, np.full(shape, value, dtype=dtype.numpy), dtype)
 
-    def copy_to(self, buf, src_index: int, dst_backend: "Backend", dst_index: int, shape, dtype):
-        """Copy a buffer to another device (same type: d2d/p2p; else through host)."""
+    def copy_to(self, buf, src_index: int, dst_backend: "Backend", dst_index: int, shape, dtype,
+                non_blocking: bool = False):
+        """Copy a buffer to another device (same type: d2d/p2p; else through host). ``non_blocking``
+        applies to the host-to-device leg; reading a device into host memory always completes first."""
         if dst_backend is self and not self.own_storage:
             out = self.empty(dst_index, shape, dtype)
             n = out.nbytes
@@ -247,7 +256,7 @@ class Backend:
         if dst_backend is self and self.own_storage and self.has("copy_peer"):
             return self.runtime.copy_peer(buf, self.phys(src_index), self.phys(dst_index))
         host = self.to_host(buf, src_index, shape, dtype)
-        return dst_backend.from_host(dst_index, host, dtype)
+        return dst_backend.from_host(dst_index, host, dtype, non_blocking=non_blocking)
 
     def memory_stats(self, index: int) -> dict:
         if self.own_storage:

@@ -132,13 +132,17 @@ class _ToDevice:
         return (to_device(g, src),)
 
 
-def to_device(x: Tensor, device) -> Tensor:
-    """Copy ``x`` to ``device`` (returns ``x`` if it is already there)."""
+def to_device(x: Tensor, device, non_blocking: bool = False) -> Tensor:
+    """Copy ``x`` to ``device`` (returns ``x`` if it is already there).
+
+    ``non_blocking=True`` lets a host-to-device copy be queued on the destination's current
+    stream (when its runtime can); results are the same, only the host may return sooner.
+    """
     dev = as_device(device)
     if dev is x.device:
         return x
     src = x.device
-    buf = src._backend.copy_to(x._buf, src.index, dev._backend, dev.index, x.shape, x.dtype)
+    buf = src._backend.copy_to(x._buf, src.index, dev._backend, dev.index, x.shape, x.dtype, non_blocking)
     out = _wrap(buf, x.shape, x.dtype, dev)
     if x._node is not None and _ag.is_grad_enabled():
         out._node = _ag.Node(_ToDevice, {"src": src}, (None,), None, (x._node,), (x.dtype,))

@@ -209,8 +209,10 @@ class Tensor:
         return (1, 0)
 
     # --- conversion ---------------------------------------------------------------------
-    def to(self, device=None, dtype=None) -> "Tensor":
-        """Copy to another device and/or dtype (returns ``self`` when nothing changes)."""
+    def to(self, device=None, dtype=None, non_blocking: bool = False) -> "Tensor":
+        """Copy to another device and/or dtype (returns ``self`` when nothing changes).
+
+        ``non_blocking=True`` queues a host-to-device copy instead of waiting for it."""
         from .devices import as_device
 
         if isinstance(device, (_dt.DType,)) and dtype is None:
@@ -221,7 +223,7 @@ class Tensor:
         if device is not None:
             dev = as_device(device)
             if dev is not t.device:
-                t = _api().to_device(t, dev)
+                t = _api().to_device(t, dev, non_blocking)
         return t
 
     to_device = to
