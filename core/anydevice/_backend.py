@@ -195,8 +195,7 @@ class Backend:
         n = dtype.itemsize
         for s in shape:
             n *= s
-        stream = self._streams[index] or self._default[index] or self.default_stream(index)
-        return DeviceArray(self.allocators[index].allocate(n or 1, stream.handle), shape, dtype)
+        return DeviceArray(self.allocators[index].allocate(n or 1, self.contexts[index].stream), shape, dtype)
 
     def from_host(self, index: int, arr: np.ndarray, dtype, non_blocking: bool = False):
         """Upload a host array. ``non_blocking`` queues the copy on the current stream and returns
@@ -291,6 +290,7 @@ class Backend:
 
     def set_stream(self, index: int, stream: Stream | None) -> None:
         self._streams[index] = stream
+        self.contexts[index].stream = None if stream is None else stream.handle
 
     def synchronize_stream(self, index: int, handle) -> None:
         if handle is not None and self.has("synchronize_stream"):

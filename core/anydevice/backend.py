@@ -132,19 +132,17 @@ class KernelContext:
     """First argument of every kernel: the runtime, the *physical* device index the runtime
     knows (``index``), and the user-visible :class:`~anydevice.devices.Device` (``device``)."""
 
-    __slots__ = ("runtime", "index", "device", "_backend")
+    __slots__ = ("runtime", "index", "device", "_backend", "stream")
 
     def __init__(self, runtime, index: int, device, backend):
         self.runtime, self.index, self.device, self._backend = runtime, index, device, backend
-
-    @property
-    def stream(self):
-        """The runtime's handle of the current stream on this device (None: default stream)."""
-        return self._backend.current_stream(self.device.index).handle
+        #: The runtime's handle of the current stream on this device (None: the default stream);
+        #: kept up to date by the core when the current stream changes.
+        self.stream = None
 
     def empty(self, shape: tuple, dtype: DType):
         """Allocate an output buffer on this device."""
-        return self._backend.empty(self.device.index, tuple(shape), dtype)
+        return self._backend.empty(self.device.index, shape if type(shape) is tuple else tuple(shape), dtype)
 
 
 class Kernel(NamedTuple):
