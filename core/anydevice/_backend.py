@@ -18,6 +18,7 @@ from .backend import DeviceArray, KernelContext, KernelTable
 from .errors import DeviceUnavailableError, PluginError, UnsupportedError
 from .plugins.manager import DISABLED, FAILED, LOADED, SKIPPED, manager
 
+_new_array = object.__new__
 _backends: dict[str, "Backend"] = {}
 _unavailable: dict[str, str] = {}
 _lock = threading.RLock()
@@ -195,7 +196,10 @@ class Backend:
         n = dtype.itemsize
         for s in shape:
             n *= s
-        return DeviceArray(self.allocators[index].allocate(n or 1, self.contexts[index].stream), shape, dtype)
+        block = self.allocators[index].allocate(n or 1, self.contexts[index].stream)
+        a = _new_array(DeviceArray)  # the hot path of every device op: skip __init__
+        a.block, a.shape, a.dtype, a.offset = block, shape, dtype, 0
+        return a
 
     def from_host(self, index: int, arr: np.ndarray, dtype, non_blocking: bool = False):
         """Upload a host array. ``non_blocking`` queues the copy on the current stream and returns

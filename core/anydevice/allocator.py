@@ -93,7 +93,8 @@ class CachingAllocator:
     def allocate(self, nbytes: int, stream=None) -> Block:
         if self._pending:
             self._drain()
-        size = self._round(nbytes)
+        g = self._gran
+        size = -(-nbytes // g) * g if nbytes > g else g
         quick = self._quick.get((stream, size)) if size <= QUICK_LIMIT else None
         if quick:
             chunk = quick.pop()
