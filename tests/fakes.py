@@ -96,3 +96,15 @@ def installed(plugin, name="fake-plugin", types=None):
         for t in rec.types:
             _backend.forget(t)
         devices._reset_cache()
+
+
+class RaisingPlugin(FakePlugin):
+    """A plugin whose ``anydevice_create_runtime`` raises ``exc``."""
+
+    def __init__(self, exc, **kw):
+        super().__init__(**kw)
+        self.exc = exc
+
+    @hookimpl
+    def anydevice_create_runtime(self, device_type):
+        raise self.exc

@@ -3,7 +3,7 @@ import pytest
 import anydevice as ad
 from anydevice.errors import DeviceUnavailableError
 
-from fakes import FakePlugin, HostRuntime, installed
+from fakes import FakePlugin, HostRuntime, RaisingPlugin, installed
 
 
 def test_cpu_strings_resolve_to_one_device():
@@ -73,14 +73,8 @@ def test_visible_devices_env_invalid(monkeypatch):
 
 
 def test_unavailable_type_reports_reason():
-    class Broken(FakePlugin):
-        from anydevice.plugins import hookimpl
-
-        @hookimpl
-        def anydevice_create_runtime(self, device_type):
-            raise DeviceUnavailableError("vendor driver 1.2 is too old: install driver >= 2.0")
-
-    with installed(Broken(types=("olddrv",))):
+    too_old = DeviceUnavailableError("vendor driver 1.2 is too old: install driver >= 2.0")
+    with installed(RaisingPlugin(too_old, types=("olddrv",))):
         with pytest.raises(DeviceUnavailableError, match="install driver >= 2.0"):
             ad.devices.as_device("olddrv")
         assert "too old" in ad.device.unavailable_reason("olddrv")

@@ -7,7 +7,7 @@ import pytest
 import anydevice as ad
 from anydevice.plugins.manager import FAILED, LOADED, SKIPPED, PluginRecord, manager
 
-from fakes import FakePlugin, installed
+from fakes import FakePlugin, RaisingPlugin, installed
 
 
 def test_cpu_discovered_through_entry_point():
@@ -28,14 +28,7 @@ def test_incompatible_api_version_is_skipped():
 
 
 def test_plugin_raising_inside_hook_is_isolated():
-    class Raising(FakePlugin):
-        from anydevice.plugins import hookimpl
-
-        @hookimpl
-        def anydevice_create_runtime(self, device_type):
-            raise RuntimeError("segfault-ish vendor failure")
-
-    with installed(Raising(types=("boom",))):
+    with installed(RaisingPlugin(RuntimeError("segfault-ish vendor failure"), types=("boom",))):
         with pytest.raises(ad.DeviceUnavailableError, match="raised in anydevice_create_runtime.*segfault-ish"):
             ad.devices.as_device("boom")
         assert (ad.ones(2) + 1).tolist() == [2.0, 2.0]
