@@ -10,6 +10,8 @@ import os
 import threading
 import time
 
+from typing import NamedTuple
+
 import numpy as np
 
 from . import dtypes as _dt
@@ -20,8 +22,24 @@ from .plugins.manager import DISABLED, FAILED, LOADED, SKIPPED, manager
 
 _new_array = object.__new__
 _backends: dict[str, "Backend"] = {}
-_unavailable: dict[str, str] = {}
+_unavailable: dict[str, DeviceUnavailableError] = {}
 _lock = threading.RLock()
+
+
+#: Set to 1 to keep devices whose probe failed visible (driver debugging).
+KEEP_UNUSABLE_ENV = "ANYDEVICE_KEEP_UNUSABLE"
+
+
+class UnusableDevice(NamedTuple):
+    """A physical device that ``Runtime.probe`` rejected: left out of the visible set."""
+
+    physical: int
+    reason: str
+    hint: str
+    kept: bool = False      # still visible because ANYDEVICE_KEEP_UNUSABLE=1
+
+    def as_dict(self) -> dict:
+        return {"physical_index": self.physical, "reason": self.reason, "hint": self.hint, "kept_visible": self.kept}
 
 
 def visible_env_var(device_type: str) -> str:
@@ -141,7 +159,8 @@ class Backend:
         self._has = {n for n in dir(runtime) if not n.startswith("_") and callable(getattr(runtime, n, None))}
         self.own_storage = {"empty", "from_host", "to_host"} <= self._has
         total = int(runtime.device_count())
-        self.physical = self._visible(total)
+        self.unusable: list[UnusableDevice] = []
+        self.physical = self._admit(self._visible(total))
         self.count = len(self.physical)
         from .devices import Device
 
@@ -169,6 +188,32 @@ class Backend:
                 )
             out.append(int(part))
         return out
+
+    def _admit(self, physical: list[int]) -> list[int]:
+        """Ask the runtime's optional ``probe`` about each device; leave out the unusable ones."""
+        if "probe" not in self._has:
+            return physical
+        keep = os.environ.get(KEEP_UNUSABLE_ENV, "").strip() not in ("", "0")
+        admitted = []
+        for p in physical:
+            try:
+                self.runtime.probe(p)
+            except DeviceUnavailableError as e:
+                self.unusable.append(UnusableDevice(p, str(e), getattr(e, "hint", "") or "", keep))
+                if not keep:
+                    continue
+            except Exception as e:  # noqa: BLE001 - a probe that crashes rejects its device, with the cause
+                reason = f"probe({p}) of plugin {self.record.name} raised {type(e).__name__}: {e}"
+                self.unusable.append(UnusableDevice(p, reason, "report this to the plugin's vendor", keep))
+                if not keep:
+                    continue
+            admitted.append(p)
+        return admitted
+
+    def unusable_summary(self) -> str:
+        """One line per unusable device, for error messages."""
+        return "; ".join(f"physical device {u.physical}: {u.reason}" + (f" ({u.hint})" if u.hint else "")
+                         for u in self.unusable)
 
     def has(self, method: str) -> bool:
         return method in self._has
@@ -338,11 +383,12 @@ def get_backend(device_type: str) -> Backend:
         if be is not None:
             return be
         if device_type in _unavailable:
-            raise DeviceUnavailableError(_unavailable[device_type])
+            e = _unavailable[device_type]
+            raise DeviceUnavailableError(str(e), hint=getattr(e, "hint", ""))
         try:
             be = _create(device_type)
         except DeviceUnavailableError as e:
-            _unavailable[device_type] = str(e)
+            _unavailable[device_type] = e
             raise
         _backends[device_type] = be
         return be
@@ -358,7 +404,7 @@ def _create(device_type: str) -> Backend:
     try:
         runtime = manager.call(rec, "anydevice_create_runtime", device_type=device_type)
     except DeviceUnavailableError as e:
-        raise DeviceUnavailableError(f"{device_type}: {e}") from e
+        raise DeviceUnavailableError(f"{device_type}: {e}", hint=getattr(e, "hint", "")) from e
     except Exception as e:  # noqa: BLE001 - a broken plugin must not break the core
         raise DeviceUnavailableError(
             f"{device_type}: plugin {rec.name} raised in anydevice_create_runtime(): {type(e).__name__}: {e}"
@@ -376,6 +422,11 @@ def _create(device_type: str) -> Backend:
         raise
     except Exception as e:  # noqa: BLE001
         raise DeviceUnavailableError(f"{device_type}: plugin {rec.name} failed during setup: {type(e).__name__}: {e}") from e
+    if be.count == 0 and be.unusable:
+        hint = next((u.hint for u in be.unusable if u.hint), "")
+        raise DeviceUnavailableError(
+            f"{device_type}: no usable device ({len(be.unusable)} found, all rejected): {be.unusable_summary()}",
+            hint=hint)
     if be.count == 0:
         raise DeviceUnavailableError(f"{device_type}: the runtime reports no devices")
     return be
@@ -387,6 +438,23 @@ def forget(device_type: str | None = None) -> None:
         for t in [device_type] if device_type else list(_backends) + list(_unavailable):
             _backends.pop(t, None)
             _unavailable.pop(t, None)
+
+
+def unavailable_hint(device_type: str) -> str:
+    """What to do about an unavailable type ('' when available or no hint was given)."""
+    try:
+        get_backend(device_type)
+    except DeviceUnavailableError as e:
+        return getattr(e, "hint", "") or ""
+    return ""
+
+
+def unusable_devices(device_type: str) -> list[UnusableDevice]:
+    """Devices of an available type that its probe rejected ([] when the type is unavailable)."""
+    try:
+        return list(get_backend(device_type).unusable)
+    except DeviceUnavailableError:
+        return []
 
 
 def unavailable_reason(device_type: str) -> str | None:

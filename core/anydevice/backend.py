@@ -34,7 +34,16 @@ event, stream)`` / ``synchronize_event(index, e)``    when recorded
                                                       ``malloc``/``free`` and ``DeviceArray``
 ``device_time(op, nbytes, flops) -> float``           no simulated device time in the profiler
 ``reset(index)``                                      :class:`~anydevice.errors.UnsupportedError`
+``probe(index)``                                      every device is assumed usable
 ====================================================  ===========================================
+
+Device admission: ``probe(index)`` is called once per physical device the first time the type is
+used (after ``ANYDEVICE_<TYPE>_VISIBLE_DEVICES`` is applied). It returns None for a usable device
+and raises :class:`~anydevice.errors.DeviceUnavailableError` (with ``hint=`` saying what to do)
+for one that cannot work, e.g. a compiler that cannot build a kernel for it. Unusable devices are
+left out of the visible set, so indices stay dense; ``anydevice check``, ``anydevice plugins``
+and the error for an out-of-range index list them with reason and hint.
+``ANYDEVICE_KEEP_UNUSABLE=1`` keeps them visible (for driver debugging).
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ __all__ = [
     "get_all_custom_device_type", "get_available_device", "device_count", "get_device_properties",
     "synchronize", "current_stream", "set_stream", "stream_guard", "memory_allocated", "max_memory_allocated",
     "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats", "memory_stats", "empty_cache",
-    "is_available", "unavailable_reason",
+    "is_available", "unavailable_reason", "unusable_devices",
 ]
 
 
@@ -39,6 +39,16 @@ def is_available(device_type: str) -> bool:
 def unavailable_reason(device_type: str) -> str | None:
     """Why a device type cannot be used here, or None when it can."""
     return _backend.unavailable_reason(device_type)
+
+
+def unusable_devices(device_type: str) -> list[dict]:
+    """Devices of ``device_type`` that its runtime's probe rejected, each as
+    ``{"physical_index", "reason", "hint", "kept_visible"}``. They are not in the visible set
+    (unless ``ANYDEVICE_KEEP_UNUSABLE=1``), so indices of the usable ones stay dense."""
+    from ._backend import canonical_type
+
+    t = canonical_type(device_type) or device_type
+    return [u.as_dict() for u in _backend.unusable_devices(t)]
 
 
 def get_available_device() -> list[str]:

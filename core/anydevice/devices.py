@@ -105,10 +105,13 @@ def as_device(spec=None) -> Device:
         raise _unknown_type_error(name)
     be = _backend.get_backend(canon)
     if idx >= be.count:
-        raise ValueError(
-            f"device {canon}:{idx} does not exist: {canon} has {be.count} device(s) here "
-            f"(indices 0..{be.count - 1})"
-        )
+        msg = (f"device {canon}:{idx} does not exist: {canon} has {be.count} device(s) here "
+               f"(indices 0..{be.count - 1})")
+        left_out = [u for u in be.unusable if not u.kept]
+        if left_out:
+            msg += (f"; {len(left_out)} more {'was' if len(left_out) == 1 else 'were'} left out as unusable: "
+                    f"{be.unusable_summary()}. Set ANYDEVICE_KEEP_UNUSABLE=1 to keep them visible")
+        raise ValueError(msg)
     d = be.devices[idx]
     _cache[spec] = d
     return d

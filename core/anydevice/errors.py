@@ -11,7 +11,15 @@ class OutOfMemoryError(AnyDeviceError, MemoryError):
 
 
 class DeviceUnavailableError(AnyDeviceError):
-    """A device type is installed but cannot be used here (no driver, no device, ...)."""
+    """A device type (or one device) is installed but cannot be used here (no driver, no device,
+    a compiler that does not know this CPU, ...).
+
+    ``hint`` says what to do about it; reports show it next to the reason.
+    """
+
+    def __init__(self, message: str = "", hint: str = ""):
+        super().__init__(message)
+        self.hint = hint
 
 
 class DeviceError(AnyDeviceError):
