@@ -9,7 +9,7 @@ Three ways to run it, all over the same checks (see ``docs/CONFORMANCE.md``):
 
       import anydevice_conformance as adc
       report = adc.run(devices=["npu"], ops=["add", "matmul"])
-      assert report.ok, report.failures()
+      assert report.ok, report.verdict()
       report.write_html("conformance.html")
 
 This module imports nothing heavy: the pytest plugin loads it in every pytest run.
@@ -23,19 +23,22 @@ SCHEMA_VERSION = 1
 CHECKS = ("dtype", "shape", "values", "grad", "errors")
 
 
-def run(devices=("cpu",), ops=None, dtypes=None, checks=None, progress=None):
+def run(devices=("cpu",), ops=None, dtypes=None, checks=None, progress=None, no_fallback=False):
     """Run the suite and return a :class:`~anydevice_conformance.report.Report`.
 
-    :param devices: device specs (``"npu"``, ``"npu:1"``, a Device) or ``"all"`` for every
-        available device type.
+    :param devices: device specs: a type (``"npu"``: one device of each distinct model of the
+        type, see ``Report.stands_for``), one device (``"npu:1"``, a Device), or ``"all"`` (every
+        distinct model of every available type).
     :param ops: op names (default: every op in the registry).
     :param dtypes: dtype names to restrict to (default: each op's supported dtypes).
     :param checks: check names to restrict to (default: all of :data:`CHECKS`).
     :param progress: optional ``callable(device, op_name)`` called before each op runs.
+    :param no_fallback: ``report.ok`` is False when an op ran through the CPU fallback on a
+        tested device (``report.fallbacks()`` lists them).
     """
     from .suite import run as _run
 
-    return _run(devices=devices, ops=ops, dtypes=dtypes, checks=checks, progress=progress)
+    return _run(devices=devices, ops=ops, dtypes=dtypes, checks=checks, progress=progress, no_fallback=no_fallback)
 
 
 def __getattr__(name):

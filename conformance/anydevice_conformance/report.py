@@ -36,19 +36,57 @@ def _version() -> str:
 class Report:
     """All cases of one run, with summaries and writers."""
 
-    def __init__(self, cases, devices, started=None, seconds=0.0, selection=None, anydevice_version=None):
+    def __init__(self, cases, devices, started=None, seconds=0.0, selection=None, anydevice_version=None,
+                 unusable=(), unavailable=(), no_fallback=False):
         self.cases: list[CaseResult] = list(cases)
         self.devices: list[dict] = list(devices)
         self.started = started
         self.seconds = seconds
         self.selection = selection or {}
         self.anydevice_version = anydevice_version or _version()
+        self.unusable: list[dict] = list(unusable)          # devices a probe rejected: not tested
+        self.unavailable: list[dict] = list(unavailable)    # device types that cannot be used here
+        self.no_fallback = no_fallback                      # a CPU fallback fails the run
 
     # --- queries --------------------------------------------------------------------------
     @property
     def ok(self) -> bool:
-        """True when no case failed (unsupported dtypes are not failures)."""
+        """True when no case failed (unsupported dtypes are not failures) and, with
+        ``no_fallback``, no op ran through the CPU fallback."""
+        return self.cases_ok and not (self.no_fallback and self.fallbacks())
+
+    @property
+    def cases_ok(self) -> bool:
         return not any(c.status == FAIL for c in self.cases)
+
+    def fallbacks(self) -> list:
+        """``[{"device", "op", "dtypes"}]``: ops whose forward checks ran through the CPU fallback."""
+        by = {}
+        for c in self.cases:
+            if c.path == "fallback" and c.check in FORWARD_CHECKS:
+                dts = by.setdefault((c.device, c.op), [])
+                if c.dtype not in dts:
+                    dts.append(c.dtype)
+        return [{"device": d, "op": o, "dtypes": dts} for (d, o), dts in by.items()]
+
+    def verdict(self) -> str:
+        """``all cases pass``, or what failed: cases, and (with ``no_fallback``) ops on the CPU."""
+        bad = []
+        if not self.cases_ok:
+            bad.append(f"{len(self.failures())} failing case(s)")
+        if self.no_fallback and self.fallbacks():
+            bad.append(f"{len(self.fallbacks())} op(s) ran through the CPU fallback (no-fallback)")
+        return "; ".join(bad) or ("all cases pass" + (", no CPU fallback" if self.no_fallback else ""))
+
+    def stands_for(self, device: str) -> list:
+        """The devices the row of ``device`` stands for (identical models tested once)."""
+        info = next((d for d in self.devices if d["device"] == device), {})
+        return list(info.get("stands_for") or [device])
+
+    def label(self, device: str) -> str:
+        """``npu:0``, or ``opencl:1 (stands for opencl:1, opencl:3)`` when it stands for others."""
+        members = self.stands_for(device)
+        return device if members == [device] else f"{device} (stands for {span(members)})"
 
     def failures(self) -> list:
         return [c for c in self.cases if c.status == FAIL]
@@ -90,11 +128,21 @@ class Report:
             "selection": self.selection,
             "devices": [dict(d, counts=self.counts(d["device"]), ops=self.paths(d["device"])) for d in self.devices],
             "ok": self.ok,
+            "no_fallback": self.no_fallback,
+            "fallbacks": self.fallbacks(),
+            "unusable": self.unusable,
+            "unavailable": self.unavailable,
             "cases": [_case_dict(c) for c in self.cases],
         }
 
-    def to_json(self, indent=1) -> str:
-        return json.dumps(self.to_dict(), indent=indent, default=str)
+    def to_json(self) -> str:
+        """The report as JSON: one top-level field per line, one case per line (fast to write and to diff)."""
+        d = self.to_dict()
+        cases = d.pop("cases")
+        lines = [f" {json.dumps(k)}: {json.dumps(v, default=str)}," for k, v in d.items()]
+        body = ",\n".join(json.dumps(c, default=str) for c in cases)
+        return "{\n" + "\n".join(lines) + f'\n "cases": [\n{body}\n ]\n}}\n'
+
 
     def write_json(self, path) -> None:
         _parent(path)
@@ -111,7 +159,8 @@ class Report:
             cases.append(CaseResult(**c))
         devices = [{k: v for k, v in x.items() if k not in ("counts", "ops")} for x in d["devices"]]
         started = datetime.datetime.fromisoformat(d["created"]).timestamp()
-        return cls(cases, devices, started, d.get("seconds", 0.0), d.get("selection"), d.get("anydevice_version"))
+        return cls(cases, devices, started, d.get("seconds", 0.0), d.get("selection"), d.get("anydevice_version"),
+                   d.get("unusable", ()), d.get("unavailable", ()), d.get("no_fallback", False))
 
     @classmethod
     def read_json(cls, path) -> "Report":
@@ -130,6 +179,23 @@ class Report:
     def __repr__(self) -> str:
         c = self.counts()
         return f"<Report {len(self.cases)} cases on {len(self.devices)} device(s): {c[PASS]} pass, {c[FAIL]} fail>"
+
+
+def span(members) -> str:
+    """``npu:0..npu:7`` for runs of three or more consecutive indices, else the list."""
+    parts, run = [], []
+    for m in list(members) + [None]:
+        if m is not None and run and m == _successor(run[-1]):
+            run.append(m)
+            continue
+        parts += [f"{run[0]}..{run[-1]}"] if len(run) >= 3 else run
+        run = [m]
+    return ", ".join(parts)
+
+
+def _successor(device: str) -> str:
+    t, _, i = device.rpartition(":")
+    return f"{t}:{int(i) + 1}" if i.isdigit() else ""
 
 
 def _case_dict(c: CaseResult) -> dict:
@@ -216,22 +282,24 @@ def _html(r: Report) -> str:
            "<h1>anydevice conformance report</h1>",
            f"<div class='meta'>anydevice {_e(r.anydevice_version)} &middot; {_e(created)} &middot; "
            f"{len(r.cases)} cases in {r.seconds:.1f} s &middot; "
-           + ("<span class='ok'>all cases pass</span>" if ok else f"<span class='bad'>{len(r.failures())} failing case(s)</span>")
-           + "</div>"]
+           + f"<span class='{'ok' if ok else 'bad'}'>{_e(r.verdict())}</span></div>"]
 
     # totals per device
-    out.append("<h2>Totals per device</h2><table><tr><th>device</th><th>plugin</th><th>native kernels</th>"
+    out.append("<h2>Totals per device</h2><table><tr><th>device</th><th>stands for</th><th>model</th>"
+               "<th>plugin</th><th>native kernels</th>"
                "<th>pass</th><th>fail</th><th>unsupported dtype</th><th>skipped</th>"
                "<th>ops native</th><th>decomposed</th><th>fallback</th><th>failing ops</th><th>time</th></tr>")
     for d in r.devices:
         c, p = r.counts(d["device"]), r.paths(d["device"])
         out.append(
-            f"<tr><td><b>{_e(d['device'])}</b></td><td>{_e(d.get('plugin'))} {_e(d.get('plugin_version') or '')}</td>"
+            f"<tr><td><b>{_e(d['device'])}</b></td><td>{_e(span(r.stands_for(d['device'])))}</td>"
+            f"<td>{_e(model_text(d.get('model')))}</td><td>{_e(d.get('plugin'))} {_e(d.get('plugin_version') or '')}</td>"
             f"<td class='num'>{d.get('native_ops', '')}</td><td class='num'>{c[PASS]}</td>"
             f"<td class='num'>{c[FAIL]}</td><td class='num'>{c[UNSUPPORTED]}</td><td class='num'>{c[SKIPPED]}</td>"
             f"<td class='num'>{p['native']}</td><td class='num'>{p['decomposed']}</td><td class='num'>{p['fallback']}</td>"
             f"<td class='num'>{p['fail']}</td><td class='num'>{d.get('seconds', 0):.1f} s</td></tr>")
     out.append("</table>")
+    out += _html_not_tested(r) + _html_fallbacks(r)
 
     # legend
     out.append("<h2>Legend</h2><div class='legend'>")
@@ -247,7 +315,7 @@ def _html(r: Report) -> str:
     out.append("<h2>Op &times; device</h2><div class='controls'><input id='q' type='text' placeholder='filter ops'> "
                "<label><input id='onlyfail' type='checkbox'> only failing ops</label></div>")
     out.append("<table class='matrix'><thead><tr><th>op</th><th>category</th>"
-               + "".join(f"<th>{_e(d)}</th>" for d in devs) + "</tr></thead><tbody>")
+               + "".join(f"<th title='{_e(r.label(d))}'>{_e(d)}</th>" for d in devs) + "</tr></thead><tbody>")
     for op in r.ops():
         try:
             cat = get_op(op).category
@@ -293,6 +361,41 @@ def _html(r: Report) -> str:
         out.append("</table></details>")
     out.append("</body></html>")
     return "\n".join(out)
+
+
+def _html_not_tested(r: Report) -> list:
+    if not r.unusable and not r.unavailable:
+        return []
+    out = ["<h2>Devices not tested</h2><table><tr><th>device</th><th>reason</th><th>hint</th></tr>"]
+    for u in r.unusable:
+        where = f"{u['type']} physical device {u['physical_index']}" + (" (kept visible)" if u.get("kept_visible") else "")
+        out.append(f"<tr><td>{_e(where)}</td><td class='msg'>{_e(u['reason'])}</td><td>{_e(u.get('hint', ''))}</td></tr>")
+    for u in r.unavailable:
+        out.append(f"<tr><td>{_e(u['type'])} (every device)</td><td class='msg'>{_e(u['reason'])}</td>"
+                   f"<td>{_e(u.get('hint', ''))}</td></tr>")
+    out.append("</table>")
+    return out
+
+
+def _html_fallbacks(r: Report) -> list:
+    fb = r.fallbacks()
+    if not fb:
+        return []
+    gate = " &mdash; <span class='bad'>not allowed (no-fallback)</span>" if r.no_fallback else ""
+    out = [f"<h2>CPU fallbacks ({len(fb)} op(s)){gate}</h2><table><tr><th>device</th><th>op</th><th>dtypes</th></tr>"]
+    for f in fb:
+        out.append(f"<tr><td>{_e(f['device'])}</td><td><code>{_e(f['op'])}</code></td><td>{_e(', '.join(f['dtypes']))}</td></tr>")
+    out.append("</table>")
+    return out
+
+
+def model_text(model) -> str:
+    """One line for a device's identity properties: the model or name first, then ``key value`` pairs."""
+    if not model:
+        return ""
+    first = model.get("model") or model.get("name") or ""
+    rest = [f"{k} {v}" for k, v in model.items() if v is not None and v != first]
+    return " · ".join([str(first)] * bool(first) + rest)
 
 
 def _by_dtype(cases):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 import traceback
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -74,7 +74,7 @@ class CaseResult:
         return self.status == FAIL
 
     def to_dict(self) -> dict:
-        d = asdict(self)
+        d = dict(vars(self), samples=[dict(vars(s)) for s in self.samples])
         d["id"] = self.id
         return d
 
