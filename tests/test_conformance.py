@@ -18,9 +18,11 @@ import pytest
 import anydevice as ad
 from anydevice.ops.registry import get_op
 import anydevice_conformance as adc
+import fakes
 from anydevice import _backend, devices
 from anydevice import dtypes as _dt
 from anydevice.backend import API_VERSION, DeviceTypeSpec, Runtime
+from anydevice.errors import DeviceUnavailableError
 from anydevice.ops.registry import all_ops
 from anydevice.ops.samples import error_samples, samples
 from anydevice.plugins import hookimpl
@@ -196,8 +198,8 @@ def test_wrong_error_type_fails_errors_only(bad_report):
 
 # --- a backend without kernels: everything falls back, nothing fails ---------------------------
 def test_zero_kernels_all_fallback(test_devices):
-    report = adc.run(devices=["cfnone"])
-    assert report.ok, [c.id + ": " + c.message for c in report.failures()][:10]
+    report = adc.run(devices=["cfnone"], no_fallback=True)
+    assert report.cases_ok, [c.id + ": " + c.message for c in report.failures()][:10]
     cells = {op: report.cell(op, "cfnone:0") for op in report.ops()}
     # positive(x) = x is the one decomposition that needs no kernel at all (its half-precision cases
     # still fall back: decompositions compute half in float32, and the casts need kernels)
@@ -212,6 +214,10 @@ def test_zero_kernels_all_fallback(test_devices):
     f64 = report.find(dtype="float64") + report.find(dtype="complex128")
     assert f64 and all(c.status == UNSUPPORTED for c in f64)
     assert "does not support float64" in f64[0].message
+    # the no-fallback gate fails the run, naming every op that ran on the cpu
+    fell = {f["op"] for f in report.fallbacks()}
+    assert not report.ok and fell == {op for op, v in cells.items() if v == "fallback"}
+    assert report.verdict() == f"{len(fell)} op(s) ran through the CPU fallback on 1 device(s) (no-fallback)"
 
 
 # --- cpu passes everything -------------------------------------------------------------------
@@ -300,3 +306,132 @@ def test_pytest_plugin(tmp_path):
     assert "4 passed" in out and "1 failed" in out and "XPASS(strict)" in out  # the listed case passes
     rc, out = _pytest("--anydevice-device=cpu", "--anydevice-op=add", "-n", "2")
     assert rc == 0 and "passed" in out and "failed" not in out
+
+
+# --- one row per distinct device model ------------------------------------------------------------
+class ModelsRuntime(fakes.HostRuntime):
+    """Six physical devices: 0 and 3 are one model; 4 has another driver, 5 lacks float64, 1 is
+    another name; the probe rejects 2."""
+
+    NAMES = {0: "Alpha", 1: "Beta", 2: "Alpha", 3: "Alpha", 4: "Alpha", 5: "Alpha"}
+
+    def __init__(self):
+        super().__init__(count=6)
+
+    def properties(self, index):
+        return {"name": self.NAMES[index], "driver_version": "2.0" if index == 4 else "1.0",
+                "total_memory": 1 << 30, "serial": f"SN{index}"}
+
+    def dtypes(self, index):
+        return [d for d in _dt.ALL_DTYPES if index != 5 or d.name not in ("float64", "complex128")]
+
+    def probe(self, index):
+        if index == 2:
+            raise DeviceUnavailableError("firmware too old on device 2", hint="update the firmware")
+
+
+@pytest.fixture
+def models_device():
+    with fakes.installed(fakes.FakePlugin(types=("cfmodels",), runtime=ModelsRuntime()), name="cfmodels"):
+        yield "cfmodels"
+
+
+def test_type_spec_tests_one_device_per_model(models_device, tmp_path, capsys):
+    report = adc.run(devices=["cfmodels"], ops=["add"], dtypes=["float32"])
+    rows = {d["device"]: d["stands_for"] for d in report.devices}
+    # visible cfmodels:0..4 are physical 0, 1, 3, 4, 5; cfmodels:2 (physical 3) is the model of cfmodels:0
+    assert rows == {"cfmodels:0": ["cfmodels:0", "cfmodels:2"], "cfmodels:1": ["cfmodels:1"],
+                    "cfmodels:3": ["cfmodels:3"], "cfmodels:4": ["cfmodels:4"]}
+    assert {c.device for c in report.cases} == set(rows)  # identical devices are not tested again
+    assert report.devices[0]["model"] == {"name": "Alpha", "driver_version": "1.0"}
+    assert report.label("cfmodels:0") == "cfmodels:0 (stands for cfmodels:0, cfmodels:2)"
+    [u] = report.unusable
+    assert u == {"type": "cfmodels", "physical_index": 2, "reason": "firmware too old on device 2",
+                 "hint": "update the firmware", "kept_visible": False}
+    assert report.ok  # an unusable device is listed, not a failure
+
+    p = tmp_path / "r.json"
+    report.write_json(p)
+    d = json.loads(p.read_text())
+    assert d["devices"][0]["stands_for"] == ["cfmodels:0", "cfmodels:2"] and d["unusable"] == [u]
+    back = Report.read_json(p)
+    assert back.stands_for("cfmodels:0") == ["cfmodels:0", "cfmodels:2"] and back.unusable == [u]
+    page = report.to_html()
+    assert "cfmodels:0, cfmodels:2" in page and "Devices not tested" in page and "firmware too old" in page
+    assert "Alpha · driver_version 1.0 &middot; 15 dtypes" in page and "Alpha · driver_version 1.0 &middot; 13 dtypes" in page
+
+    assert cli.main(["--device", "cfmodels", "--op", "add", "--dtype", "float32", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "cfmodels:0 (stands for cfmodels:0, cfmodels:2)" in out and "cfmodels:3 " in out
+    assert "UNUSABLE cfmodels physical device 2 (not tested): firmware too old on device 2 (update the firmware)" in out
+
+
+def test_indexed_spec_tests_exactly_that_device(models_device):
+    report = adc.run(devices=["cfmodels:2"], ops=["add"], dtypes=["float32"])
+    assert [(d["device"], d["stands_for"]) for d in report.devices] == [("cfmodels:2", ["cfmodels:2"])]
+    assert {c.device for c in report.cases} == {"cfmodels:2"} and report.label("cfmodels:2") == "cfmodels:2"
+
+
+def test_kept_unusable_device_is_a_model_of_its_own(monkeypatch):
+    monkeypatch.setenv("ANYDEVICE_KEEP_UNUSABLE", "1")
+    with fakes.installed(fakes.FakePlugin(types=("cfkept",), runtime=ModelsRuntime()), name="cfkept"):
+        report = adc.run(devices=["cfkept"], ops=["add"], dtypes=["float32"])
+    rows = {d["device"]: d["stands_for"] for d in report.devices}
+    assert rows["cfkept:0"] == ["cfkept:0", "cfkept:3"] and rows["cfkept:2"] == ["cfkept:2"]
+    assert report.unusable[0]["kept_visible"] is True
+
+
+def test_all_groups_identical_sim_devices(models_device):
+    report = adc.run(devices=["all"], ops=["add"], dtypes=["float32"])
+    rows = {d["device"]: d["stands_for"] for d in report.devices}
+    n = ad.device.device_count("npu")
+    assert n > 1 and rows["npu:0"] == [f"npu:{i}" for i in range(n)]  # the simulator's chips are one model
+    assert report.label("npu:0") == f"npu:0 (stands for npu:0..npu:{n - 1})"
+    assert rows["cfmodels:0"] == ["cfmodels:0", "cfmodels:2"] and "cfmodels:2" not in rows
+    assert [u["physical_index"] for u in report.unusable] == [2]
+    assert {u["type"] for u in report.unavailable} == {t for t in ad.device.get_all_device_type()
+                                                     if not ad.device.is_available(t)}
+
+
+# --- --no-fallback ----------------------------------------------------------------------------------
+def test_no_fallback_fails_naming_ops_and_dtypes(test_devices, capsys):
+    argv = ["--device", "cfnone", "--op", "add", "--op", "sin", "--op", "positive", "--dtype", "float32", "-q"]
+    assert cli.main(argv) == 0  # without the gate a runtime-only plugin passes
+    assert "all cases pass" in capsys.readouterr().out
+    assert cli.main(argv + ["--no-fallback"]) == 1
+    out = capsys.readouterr().out
+    assert "FALLBACK cfnone:0 add ran on the CPU (float32)" in out and "FALLBACK cfnone:0 sin" in out
+    assert "positive" not in out.split("FALLBACK", 1)[1]  # positive(x) = x decomposes without a kernel
+    assert "2 op(s) ran through the CPU fallback on 1 device(s) (no-fallback)" in out
+
+
+def test_no_fallback_on_sim_devices(tmp_path, capsys):
+    """The npu has a kernel or decomposition for every op; the xpu deliberately lacks erf, round and
+    bitwise_left_shift (and gelu decomposes through erf), so exactly those fall back."""
+    missing = _backend.get_backend("xpu").runtime.profile.missing_ops
+    assert set(missing) == {"erf", "round", "bitwise_left_shift"}
+    report = adc.run(devices=["xpu"], no_fallback=True)
+    assert report.cases_ok and not report.ok
+    fb = {f["op"]: f["dtypes"] for f in report.fallbacks()}
+    assert {f["device"] for f in report.fallbacks()} == {"xpu:0"}
+    assert set(fb) == set(missing) | {"gelu"}
+    assert "erf" in repr(get_op("gelu").decomposition.__code__.co_names)
+    xpu_float = [d.name for d in devices.as_device("xpu").dtypes if d.kind == "float"]
+    assert sorted(fb["erf"]) == sorted(xpu_float)
+    d = json.loads(report.to_json())
+    assert d["no_fallback"] is True and d["ok"] is False
+    assert {f["op"] for f in d["fallbacks"]} == set(fb)
+    page = report.to_html()
+    assert "CPU fallbacks (4 op(s))" in page and "not allowed (no-fallback)" in page
+    assert cli.main(["--device", "npu", "--no-fallback", "-q"]) == 0
+    assert "all cases pass, no CPU fallback" in capsys.readouterr().out
+
+
+def test_pytest_plugin_no_fallback_and_devices_summary():
+    n = ad.device.device_count("xpu")
+    rc, out = _pytest("--anydevice-device=xpu", "--anydevice-op=erf", "--anydevice-op=add",
+                      "--anydevice-dtype=float32", "--anydevice-no-fallback")
+    assert rc == 1 and "3 failed, 7 passed" in out, out[-2000:]  # erf's dtype, shape and values cases
+    assert "xpu:0-erf-float32-values: erf ran through the CPU fallback on xpu:0 at float32" in out
+    assert "xpu:0-add-float32" not in out.split("short test summary", 1)[1]
+    assert f"xpu:0 stands for xpu:0..xpu:{n - 1}" in out

@@ -102,18 +102,16 @@ def _print_summary(console, report, max_failures: int) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from .report import span
     from .runner import FAIL, PASS, SKIPPED, UNSUPPORTED
 
     t = Table(title=f"anydevice conformance ({report.anydevice_version}): cases, and ops by path",
               title_justify="left")
-    for col in ("device", "stands for", "pass", "fail", "unsupported", "skipped", "native", "decomposed", "fallback",
+    for col in ("device", "devices", "pass", "fail", "unsupported", "skipped", "native", "decomposed", "fallback",
                 "failing ops", "time"):
-        t.add_column(col, justify="left" if col in ("device", "stands for") else "right")
+        t.add_column(col, justify="left" if col == "device" else "right")
     for d in report.devices:
         c, p = report.counts(d["device"]), report.paths(d["device"])
-        members = report.stands_for(d["device"])
-        t.add_row(d["device"], escape(span(members)) if members != [d["device"]] else "", str(c[PASS]), f"[red]{c[FAIL]}[/red]" if c[FAIL] else "0",
+        t.add_row(d["device"], str(len(report.stands_for(d["device"]))), str(c[PASS]), f"[red]{c[FAIL]}[/red]" if c[FAIL] else "0",
                   str(c[UNSUPPORTED]), str(c[SKIPPED]), str(p["native"]), str(p["decomposed"]), str(p["fallback"]),
                   str(p["fail"]), f"{d.get('seconds', 0):.1f} s")
     console.print(t)
@@ -135,6 +133,10 @@ def _print_summary(console, report, max_failures: int) -> None:
 
 def _print_not_tested(console, report) -> None:
     from rich.markup import escape
+
+    for d in report.devices:
+        if len(report.stands_for(d["device"])) > 1:
+            console.print(escape(report.label(d["device"])), highlight=False, soft_wrap=True)
 
     for u in report.unusable:
         kept = "kept visible, tested" if u.get("kept_visible") else "not tested"

@@ -74,8 +74,10 @@ class Report:
         bad = []
         if not self.cases_ok:
             bad.append(f"{len(self.failures())} failing case(s)")
-        if self.no_fallback and self.fallbacks():
-            bad.append(f"{len(self.fallbacks())} op(s) ran through the CPU fallback (no-fallback)")
+        fb = self.fallbacks() if self.no_fallback else []
+        if fb:
+            ops, devs = {f["op"] for f in fb}, {f["device"] for f in fb}
+            bad.append(f"{len(ops)} op(s) ran through the CPU fallback on {len(devs)} device(s) (no-fallback)")
         return "; ".join(bad) or ("all cases pass" + (", no CPU fallback" if self.no_fallback else ""))
 
     def stands_for(self, device: str) -> list:
@@ -293,7 +295,7 @@ def _html(r: Report) -> str:
         c, p = r.counts(d["device"]), r.paths(d["device"])
         out.append(
             f"<tr><td><b>{_e(d['device'])}</b></td><td>{_e(span(r.stands_for(d['device'])))}</td>"
-            f"<td>{_e(model_text(d.get('model')))}</td><td>{_e(d.get('plugin'))} {_e(d.get('plugin_version') or '')}</td>"
+            f"<td>{_e(model_text(d.get('model')))} &middot; {len(d.get('dtypes') or ())} dtypes</td><td>{_e(d.get('plugin'))} {_e(d.get('plugin_version') or '')}</td>"
             f"<td class='num'>{d.get('native_ops', '')}</td><td class='num'>{c[PASS]}</td>"
             f"<td class='num'>{c[FAIL]}</td><td class='num'>{c[UNSUPPORTED]}</td><td class='num'>{c[SKIPPED]}</td>"
             f"<td class='num'>{p['native']}</td><td class='num'>{p['decomposed']}</td><td class='num'>{p['fallback']}</td>"
@@ -382,7 +384,7 @@ def _html_fallbacks(r: Report) -> list:
     if not fb:
         return []
     gate = " &mdash; <span class='bad'>not allowed (no-fallback)</span>" if r.no_fallback else ""
-    out = [f"<h2>CPU fallbacks ({len(fb)} op(s)){gate}</h2><table><tr><th>device</th><th>op</th><th>dtypes</th></tr>"]
+    out = [f"<h2>CPU fallbacks ({len({f['op'] for f in fb})} op(s)){gate}</h2><table><tr><th>device</th><th>op</th><th>dtypes</th></tr>"]
     for f in fb:
         out.append(f"<tr><td>{_e(f['device'])}</td><td><code>{_e(f['op'])}</code></td><td>{_e(', '.join(f['dtypes']))}</td></tr>")
     out.append("</table>")
