@@ -1,28 +1,47 @@
 """The OpenCL backend against numpy: every native kernel, its dtypes, broadcasting, reductions,
-matmul, movement ops, the program cache, dtype refusal, streams and events.
+matmul, movement ops, the program cache, dtype refusal, streams and events; the device probe,
+build-failure reports and out-of-memory checks.
 
 Runs on whatever OpenCL device comes first (PoCL's CPU device in CI). Primitives run with
-``ANYDEVICE_FALLBACK=error`` so a silent CPU fallback cannot pass a test.
+``ANYDEVICE_FALLBACK=error`` so a silent CPU fallback cannot pass a test. Tests marked
+``@no_device`` (the failure classifier on sample driver messages) run without any OpenCL.
 """
 from __future__ import annotations
 
+import importlib.util
 import math
+import os
+import subprocess
+import sys
+import textwrap
 import warnings
 
+import ml_dtypes
 import numpy as np
 import pytest
 
-pytest.importorskip("pyopencl", reason="pyopencl is not installed (pip install anydevice-opencl[pocl])")
+pytest.importorskip("anydevice_opencl")
 
 import anydevice as ad  # noqa: E402
 from anydevice import dispatch  # noqa: E402
 from anydevice.device import Event, Stream, stream_guard  # noqa: E402
+from anydevice_opencl import diagnose  # noqa: E402
 
-_reason = ad.device.unavailable_reason("opencl")
-if _reason:
-    pytest.skip(f"no usable OpenCL device: {_reason}", allow_module_level=True)
+_reason = ("pyopencl is not installed (pip install anydevice-opencl)" if importlib.util.find_spec("pyopencl") is None
+           else ad.device.unavailable_reason("opencl"))
+_NO_DEVICE: set[str] = set()
 
-import ml_dtypes  # noqa: E402
+
+def no_device(test):
+    """Mark a test that needs no OpenCL device."""
+    _NO_DEVICE.add(test.__name__)
+    return test
+
+
+@pytest.fixture(autouse=True)
+def _needs_device(request):
+    if _reason and request.function.__name__ not in _NO_DEVICE:
+        pytest.skip(f"no usable OpenCL device: {_reason}")
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 RNG = np.random.default_rng(0)
@@ -530,9 +549,200 @@ def test_environment_hook_and_no_platform(monkeypatch):
     env = plugin.anydevice_environment("opencl")
     assert env["pyopencl"] and env["devices"]
     monkeypatch.setattr(runtime.cl, "get_platforms", lambda: [])
-    with pytest.raises(ad.DeviceUnavailableError, match="pip install pocl-binary-distribution"):
+    with pytest.raises(ad.DeviceUnavailableError, match="found no OpenCL platform") as e:
         runtime.discover()
+    assert "apt-get install pocl-opencl-icd" in e.value.hint and "conda-forge" in e.value.hint
     monkeypatch.undo()
     monkeypatch.setenv("ANYDEVICE_OPENCL_PLATFORM", "no-such-vendor")
     with pytest.raises(ad.DeviceUnavailableError, match="matches no OpenCL platform"):
         runtime.discover()
+    first = runtime.cl.get_platforms()[0]
+    monkeypatch.setenv("ANYDEVICE_OPENCL_PLATFORM", first.version)  # the version string selects too
+    assert runtime.discover()[0].platform.version == first.version
+
+
+# --- failure classifier (sample driver messages; no device needed) ---------------------------------------
+POCL30 = "OpenCL 3.0 PoCL 3.0-rc2  Linux, Release, RELOC, LLVM 14.0.6, SLEEF, DISTRO, POCL_DEBUG"
+ZEN_CPUINFO = "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9B45 128-Core Processor\nflags\t\t: fpu\n"
+VALID_CPUS = "note: valid target CPU values are: " + ", ".join(f"cpu{i}" for i in range(80))
+ZEN_BUILD = (
+    "clBuildProgram failed: BUILD_PROGRAM_FAILURE - clBuildProgram failed: BUILD_PROGRAM_FAILURE - "
+    "clBuildProgram failed: BUILD_PROGRAM_FAILURE\n\nBuild on <pyopencl.Device 'pthread-AMD EPYC 9B45 128-Core "
+    "Processor' on 'Portable Computing Language' at 0x55d0c3a0>:\n\nerror: unknown target CPU 'generic'\n"
+    f"{VALID_CPUS}\nDevice pthread-AMD EPYC 9B45 128-Core Processor failed to build the program, log: "
+    "error: unknown target CPU 'generic'\n\n(options: -I /venv/site-packages/pyopencl/cl)")
+SYNTAX_BUILD = (
+    "clBuildProgram failed: BUILD_PROGRAM_FAILURE - clBuildProgram failed: BUILD_PROGRAM_FAILURE\n\n"
+    "Build on <pyopencl.Device 'pthread-Intel(R) Xeon(R) Processor' on 'Portable Computing Language' at 0x5565>:\n\n"
+    "warning: /home/u/.cache/pocl/kcache/tempfile_iiFE0c.cl:3:9: unused variable 'k'\n"
+    "error: /home/u/.cache/pocl/kcache/tempfile_iiFE0c.cl:1:44: use of undeclared identifier 'y'\n"
+    "error: /home/u/.cache/pocl/kcache/tempfile_iiFE0c.cl:2:28: expected expression\n"
+    "Device pthread-Intel(R) Xeon(R) Processor failed to build the program\n\n(options: -I /x/pyopencl/cl)")
+
+
+@no_device
+def test_diagnose_unknown_target_cpu():
+    cpu = diagnose.cpu_model("pthread-AMD EPYC 9B45", cpuinfo=ZEN_CPUINFO)
+    f = diagnose.classify(ZEN_BUILD, POCL30, cpu)
+    assert f.kind == "unknown-cpu"
+    assert f.lines[0] == "error: unknown target CPU 'generic'" and len(f.lines) == 2
+    assert f.lines[1].startswith("note: valid target CPU values are: cpu0") and len(f.lines[1]) == diagnose.MAX_LINE
+    assert f.hint.startswith("PoCL 3.0-rc2 (LLVM 14) does not know this CPU (AMD EPYC 9B45 128-Core Processor); "
+                             "install a newer PoCL, e.g. your distribution's pocl-opencl-icd >= 3.1")
+    assert "apt-get install pocl-opencl-icd" in f.hint and "conda install -c conda-forge pocl" in f.hint
+
+
+@no_device
+def test_diagnose_compiler_error_lines_and_other_classes():
+    f = diagnose.classify(SYNTAX_BUILD, POCL30, source="/c/anydevice/opencl-failed/ab12.cl")
+    assert f.kind == "compiler" and "update the driver" in f.hint
+    assert f.lines == ["error: /c/anydevice/opencl-failed/ab12.cl:1:44: use of undeclared identifier 'y'",
+                       "error: /c/anydevice/opencl-failed/ab12.cl:2:28: expected expression",
+                       "warning: /c/anydevice/opencl-failed/ab12.cl:3:9: unused variable 'k'"]
+    many = "\n".join(f"error: line {i}" for i in range(20))
+    assert diagnose.compiler_lines(many) == [f"error: line {i}" for i in range(diagnose.MAX_LINES)]
+    oor = diagnose.classify("clEnqueueNDRangeKernel failed: OUT_OF_RESOURCES", POCL30)
+    assert oor.kind == "out-of-resources" and oor.lines == [] and "free memory" in oor.hint
+    none = diagnose.classify("clGetPlatformIDs failed: PLATFORM_NOT_FOUND_KHR")
+    assert none.kind == "no-platform" and "OpenCL ICD" in none.hint and "pocl-opencl-icd" in none.hint
+
+
+@no_device
+def test_diagnose_versions_and_cpu_model():
+    assert diagnose.pocl_version(POCL30) == ("3.0-rc2", "14")
+    assert diagnose.pocl_version("OpenCL 3.0 PoCL 3.1+debian  Linux, None+Asserts, RELOC, SPIR, LLVM 15.0.6") == (
+        "3.1+debian", "15")
+    assert diagnose.pocl_version("OpenCL 1.2 pocl 1.8, None+Asserts, LLVM 11.1.0, RELOC") == ("1.8", "11")
+    assert diagnose.pocl_version("OpenCL 3.0 CUDA 12.4.89") == (None, None)
+    f = diagnose.classify("error: unknown target CPU 'generic'", "OpenCL 3.0 CUDA 12.4.89", "")
+    assert f.hint.startswith("PoCL (unknown version) does not know this CPU (model unknown)")
+    assert diagnose.cpu_model("pthread-AMD Ryzen 9 7950X", cpuinfo="") == "AMD Ryzen 9 7950X"
+
+
+# --- admission: the probe ------------------------------------------------------------------------------
+def test_probe_admits_working_devices():
+    be = ad.device.get_backend("opencl")
+    assert be.count >= 1 and not {u.physical for u in be.unusable} & set(be.physical)
+    for i, p in enumerate(be.physical):
+        be.runtime.probe(p)  # raises for a device that cannot build and run the kernel
+        check(on(np.arange(5, dtype=np.int32)).to(f"opencl:{i}") * 3, np.arange(5, dtype=np.int32) * 3)
+
+
+def test_probe_failure_names_the_device_and_says_what_to_do(monkeypatch):
+    from anydevice_opencl import runtime
+
+    rt = ad.device.get_backend("opencl").runtime
+    p = ad.device.get_backend("opencl").physical[0]
+    dev = rt.devices[p]
+    monkeypatch.setattr(runtime, "PROBE_SOURCE", "#error unknown target CPU 'generic'\n" + runtime.PROBE_SOURCE)
+    with pytest.raises(ad.DeviceUnavailableError) as e:
+        rt.probe(p)
+    reason = str(e.value)
+    assert reason.startswith(f"opencl:{p} ({dev.name.strip()} on {dev.platform.name.strip()}, "
+                             f"driver {dev.driver_version.strip()}) cannot build and run a test kernel: ")
+    assert "unknown target CPU 'generic'" in reason and "Build on <" not in reason
+    pocl, llvm = diagnose.pocl_version(dev.platform.version)
+    if pocl:
+        assert e.value.hint.startswith(f"PoCL {pocl} (LLVM {llvm}) does not know this CPU ({diagnose.cpu_model(dev.name)})")
+    assert "pocl-opencl-icd" in e.value.hint
+
+
+PROBE_CHILD = """
+import json, anydevice as ad
+from anydevice_opencl import runtime
+good, real = runtime.PROBE_SOURCE, runtime.OpenClRuntime.probe
+def probe(self, index):  # physical device 0's compiler cannot build anything
+    runtime.PROBE_SOURCE = "#error unknown target CPU 'generic'\\n" + good if index == 0 else good
+    return real(self, index)
+runtime.OpenClRuntime.probe = probe
+be = ad.device.get_backend("opencl")
+x = (ad.arange(4, dtype=ad.int32, device="opencl:0") * 2).tolist()
+print(json.dumps({"count": be.count, "total": be.runtime.device_count(), "physical": be.physical, "x": x,
+                  "unusable": ad.device.unusable_devices("opencl")}))
+"""
+
+
+def test_unusable_device_leaves_the_visible_set():
+    """Two PoCL devices (POCL_DEVICES), the first rejected: opencl:0 is the second and works."""
+    import json
+
+    if "portable computing language" not in ad.device.get_backend("opencl").runtime.devices[0].platform.name.lower():
+        pytest.skip("needs PoCL first (POCL_DEVICES makes two devices)")
+    env = {**os.environ, "POCL_DEVICES": "pthread basic", "ANYDEVICE_OPENCL_PLATFORM": "",
+           "ANYDEVICE_OPENCL_VISIBLE_DEVICES": ""}
+    r = subprocess.run([sys.executable, "-c", PROBE_CHILD], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.splitlines()[-1])
+    assert out["count"] == out["total"] - 1 and out["physical"][0] == 1 and out["x"] == [0, 2, 4, 6]
+    [u] = out["unusable"]
+    assert u["physical_index"] == 0 and u["reason"].startswith("opencl:0 (")
+    assert "unknown target CPU 'generic'" in u["reason"] and "does not know this CPU" in u["hint"]
+
+
+# --- build failures outside the probe -----------------------------------------------------------------
+BROKEN = "/* generated-marker-7f3a */\n__kernel void k(__global float *x) { x[0] = anydevice_undefined_name; }\n"
+
+
+def test_build_failure_shows_compiler_lines_and_saves_the_source(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    rt = ad.device.get_backend("opencl").runtime
+    p = ad.device.get_backend("opencl").physical[0]
+    with pytest.raises(ad.DeviceError) as e:
+        rt.build(p, BROKEN, device="opencl:0")
+    msg, dev = str(e.value), rt.devices[p]
+    assert msg.startswith(f"opencl:0 ({dev.name.strip()} on {dev.platform.name.strip()}, driver "
+                          f"{dev.driver_version.strip()}) failed to build a generated program:")
+    assert "anydevice_undefined_name" in msg and "generated-marker-7f3a" not in msg and "Build on <" not in msg
+    [saved] = (tmp_path / "anydevice" / "opencl-failed").glob("*.cl")
+    assert saved.read_text() == BROKEN and f"source saved as {saved}" in msg
+    assert len(msg.splitlines()) <= diagnose.MAX_LINES + 3
+
+
+def test_program_cache_build_failure_names_the_user_visible_device(tmp_path, monkeypatch):
+    from anydevice_opencl import codegen
+    from anydevice_opencl.runtime import ProgramCache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(codegen, "program_source", lambda specs, fp64: BROKEN)
+    be = ad.device.get_backend("opencl")
+    spec = ("ew", "add", ("int16", "int16"), "int16", "ss")
+    with pytest.raises(ad.DeviceError, match=r"^opencl:0 \(.*failed to build a generated program:\n.*anydevice_undefined_name"):
+        ProgramCache().kernel(be.runtime, be.physical[0], spec, be.devices[0])
+
+
+# --- out of memory before the driver aborts -----------------------------------------------------------
+OOM_CHILD = """
+import resource, sys, anydevice as ad
+which = sys.argv[1]
+ad.ones(4, device="opencl:0").numpy()  # the driver is up
+if which == "host":  # leave the process 256 MiB of address space, then ask for 512 MiB
+    size = int(open("/proc/self/status").read().split("VmSize:")[1].split()[0]) * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (size + (256 << 20), resource.getrlimit(resource.RLIMIT_AS)[1]))
+    n = 1 << 28
+else:
+    n = 1 << 31
+try:
+    ad.arange(n, dtype=ad.uint16, device="opencl:0").numpy()
+    print("allocated")
+except ad.OutOfMemoryError as e:
+    print("OutOfMemoryError:", e)
+if which == "host":
+    print("after:", ad.arange(1 << 20, dtype=ad.int32, device="opencl:0")[-1].item())
+"""
+
+
+@pytest.mark.parametrize("which", ["huge", "host"])
+def test_allocation_beyond_what_can_be_backed_is_out_of_memory(which):
+    """Under a 4 GiB address-space limit, 4 GiB (huge) or more than is left (host) is a clean
+    OutOfMemoryError, not a driver abort; smaller allocations still work afterwards."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, resource.getrlimit(resource.RLIMIT_AS)[1]))
+
+    r = subprocess.run([sys.executable, "-c", OOM_CHILD, which], capture_output=True, text=True, timeout=120,
+                       preexec_fn=limit)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert r.stdout.startswith("OutOfMemoryError: Cannot allocate ") and "on opencl:0" in r.stdout
+    if which == "host":
+        assert r.stdout.splitlines()[-1] == f"after: {(1 << 20) - 1}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -30,11 +31,14 @@ def small_profiles():
         mp.setenv(profiles.env_var(t), json.dumps(table))
     mp.delenv("ANYDEVICE_SIM_FAULTS", raising=False)
     mp.delenv("ANYDEVICE_SIM_CONFIG", raising=False)
-    for t in SMALL:
-        _backend.forget(t)
-    devices._reset_cache()
+    fresh_runtimes()
     yield
     mp.undo()
+    fresh_runtimes()
+
+
+def fresh_runtimes():
+    """Drop the simulated types' runtimes (and cached devices): the next use creates them anew."""
     for t in SMALL:
         _backend.forget(t)
     devices._reset_cache()
@@ -350,12 +354,59 @@ def test_fault_env_spec():
     with pytest.raises(ValueError, match="expected TYPE:INDEX:KIND"):
         faults.parse("npu:kernel")
     rt = runtime("npu")
-    with pytest.raises(ValueError, match="unknown fault kind 'oops'; allowed: alloc, kernel, lost"):
+    with pytest.raises(ad.DeviceUnavailableError, match="unknown fault kind 'oops'; allowed: alloc, kernel, lost"):
         faults.apply_env("npu", rt, {"ANYDEVICE_SIM_FAULTS": "npu:0:oops"})
     faults.apply_env("npu", rt, {"ANYDEVICE_SIM_FAULTS": "npu:3:kernel:after=0,xpu:0:lost"})
     assert rt.chips[3].faults == {"kernel": 0} and not runtime("xpu").chips[0].faults
     with pytest.raises(ad.DeviceError, match="injected kernel fault"):
         (ad.ones((2,), device="npu:3") + 1).numpy()
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("npu:x:kernel", "cannot parse 'npu:x:kernel'; expected TYPE:INDEX:KIND"),
+    ("nup:1:kernel", "'nup' is not a simulated device type \\(allowed: npu, xpu, dcu\\); did you mean 'npu'"),
+    ("npu:1:kernal,xpu:0:kernel", "entry 'npu:1:kernal': unknown fault kind 'kernal'; allowed: alloc, kernel, lost"),
+    ("npu:9:lost", "entry 'npu:9:lost': npu:9 does not exist \\(npu has 4 device"),
+])
+def test_fault_env_mistake_affects_only_its_own_type(monkeypatch, spec, message):
+    monkeypatch.setenv("ANYDEVICE_SIM_FAULTS", spec)
+    fresh_runtimes()
+    try:
+        assert not ad.device.is_available("npu")
+        with pytest.raises(ad.DeviceUnavailableError, match=message):
+            ad.ones(2, device="npu")
+        assert "fix or unset ANYDEVICE_SIM_FAULTS" in _backend.unavailable_hint("npu")
+        assert (ad.ones(2, device="dcu:1") + 1).tolist() == [2, 2]
+        x = ad.ones(2, device="xpu:0") + 1
+        if "xpu:0:kernel" in spec:  # the other type's valid entry still takes effect
+            with pytest.raises(ad.DeviceError, match="injected kernel fault"):
+                x.tolist()
+        else:
+            assert x.tolist() == [2, 2]
+    finally:
+        monkeypatch.delenv("ANYDEVICE_SIM_FAULTS")
+        fresh_runtimes()
+
+
+def test_fault_env_entry_for_no_simulated_type_is_ignored_with_a_warning():
+    rt = runtime("npu")
+    with pytest.warns(UserWarning, match="entry 'cuda:0:lost' names no simulated device type \\(allowed: npu, xpu, dcu"):
+        faults.apply_env("npu", rt, {"ANYDEVICE_SIM_FAULTS": "cuda:0:lost,npu:2:alloc"})
+    assert rt.chips[2].faults == {"alloc": 0}
+    rt.reset(2)
+
+
+def test_ops_under_warnings_as_errors():
+    """numpy 2.4 deprecates a positional ``out``; under -W error that must not become a device error."""
+    a, b = np.array([1.0, -2.0, 3.0], np.float32), np.array([0.5, 4.0, -1.0], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        x, y = ad.asarray(a, device="npu:0"), ad.asarray(b, device="npu:0")
+        got = [ad.maximum(x, y), ad.minimum(x, y), x + y, x * y, ad.max(x), ad.sum(y), ad.relu(x)]
+        got = [t.numpy() for t in got]
+    want = [np.maximum(a, b), np.minimum(a, b), a + b, a * b, a.max(), b.sum(), np.maximum(a, 0)]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w)
 
 
 # --- kernels and fallbacks --------------------------------------------------------------------

@@ -56,7 +56,7 @@ def _tiered(spec, work: int) -> tuple:
 # --- launching -----------------------------------------------------------------------------------
 def _launch(ctx, spec, gsize, lsize, args) -> None:
     rt = ctx.runtime
-    rt.programs.kernel(rt, ctx.index, spec)(rt.queue(ctx.index, ctx.stream), gsize, lsize, args)
+    rt.programs.kernel(rt, ctx.index, spec, ctx.device)(rt.queue(ctx.index, ctx.stream), gsize, lsize, args)
 
 
 def _prod(shape) -> int:
@@ -227,7 +227,7 @@ def _elementwise_kernel(op: str):
                     if not _specialize(spec, n):
                         _generic(ctx, spec[1], View.of(out), [View.of(x) for x in xs], shape)
                         return out
-                    run = p[3] = ctx.runtime.programs.kernel(ctx.runtime, ctx.index, spec)
+                    run = p[3] = ctx.runtime.programs.kernel(ctx.runtime, ctx.index, spec, ctx.device)
                 args = [out.handle, _off(out)]
                 for x in xs:
                     args += [x.handle, _off(x)]

@@ -2,14 +2,17 @@
 and the program cache (in memory, and on disk keyed by source hash and device).
 
 Device indices run over every platform's devices in platform order, then device order, after
-the filters ``ANYDEVICE_OPENCL_PLATFORM`` (substring of the platform name or vendor,
-case-insensitive) and ``ANYDEVICE_OPENCL_DEVICE_TYPE`` (``cpu``, ``gpu``, ``accelerator`` or
-``all``). ``ANYDEVICE_OPENCL_VISIBLE_DEVICES`` (handled by the core) then picks among those.
+the filters ``ANYDEVICE_OPENCL_PLATFORM`` (substring of the platform name, vendor or version,
+case-insensitive: ``"pocl 3.1"`` picks one of two PoCLs) and ``ANYDEVICE_OPENCL_DEVICE_TYPE``
+(``cpu``, ``gpu``, ``accelerator`` or ``all``). ``ANYDEVICE_OPENCL_VISIBLE_DEVICES`` (handled by
+the core) then picks among those, and the probe (:meth:`OpenClRuntime.probe`: build and run a
+tiny kernel) leaves out devices whose driver cannot, so ``opencl:0`` is a working device.
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import resource
 import threading
 import time
 
@@ -18,9 +21,9 @@ import pyopencl as cl
 
 from anydevice import dtypes as _dt
 from anydevice.backend import Runtime
-from anydevice.errors import DeviceUnavailableError
+from anydevice.errors import DeviceError, DeviceUnavailableError
 
-from . import codegen
+from . import codegen, diagnose
 
 PLATFORM_ENV = "ANYDEVICE_OPENCL_PLATFORM"
 DEVICE_TYPE_ENV = "ANYDEVICE_OPENCL_DEVICE_TYPE"
@@ -29,6 +32,35 @@ BUILD_OPTIONS = ("-cl-fp32-correctly-rounded-divide-sqrt",)
 #: added for the generic kernels (small, rarely repeated launches): halves PoCL's per-kernel code generation
 GENERIC_OPTIONS = ("-cl-opt-disable",)
 _TYPES = {"cpu": cl.device_type.CPU, "gpu": cl.device_type.GPU, "accelerator": cl.device_type.ACCELERATOR}
+#: The probe's kernel: every work-item writes a value the host checks.
+PROBE_SOURCE = "__kernel void anydevice_probe(__global int *x) { int i = get_global_id(0); x[i] = 3 * i + 1; }"
+#: Allocations from this size on are checked against the host memory that can back them (PoCL's CPU device),
+#: keeping HOST_RESERVE bytes for the driver's own allocations.
+HOST_CHECK_BYTES = 1 << 20
+HOST_RESERVE = 64 << 20
+
+
+def host_memory_available() -> int | None:
+    """Bytes the host can still give this process: the smaller of ``MemAvailable`` and the
+    address-space limit (``RLIMIT_AS``) less the process's current size; None when unknown."""
+    out = []
+    fields = _proc_fields("/proc/meminfo", "MemAvailable")
+    if fields:
+        out.append(fields[0])
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if soft != resource.RLIM_INFINITY:
+        size = _proc_fields("/proc/self/status", "VmSize")
+        out.append(soft - (size[0] if size else 0))
+    return min(out) if out else None
+
+
+def _proc_fields(path: str, key: str) -> list[int]:
+    """The ``key: N kB`` values of a /proc file, in bytes."""
+    try:
+        with open(path) as f:
+            return [int(line.split()[1]) * 1024 for line in f if line.startswith(key + ":")]
+    except (OSError, ValueError, IndexError):
+        return []
 
 
 def discover() -> list:
@@ -40,16 +72,15 @@ def discover() -> list:
     else:
         err = None
     if not platforms:
-        raise DeviceUnavailableError(
-            "pyopencl found no OpenCL platform" + (f" ({err})" if err else "")
-            + ": pip install pocl-binary-distribution (a CPU implementation) or install your GPU vendor's OpenCL ICD"
-        )
+        f = diagnose.classify(f"no OpenCL platform ({err})" if err else "no OpenCL platform")
+        raise DeviceUnavailableError("pyopencl found no OpenCL platform (no ICD is installed)"
+                                     + (f": {err}" if err else ""), hint=f.hint)
     want = os.environ.get(PLATFORM_ENV, "").strip().lower()
     kind = os.environ.get(DEVICE_TYPE_ENV, "all").strip().lower() or "all"
     if kind != "all" and kind not in _TYPES:
         raise DeviceUnavailableError(f"{DEVICE_TYPE_ENV}={kind!r} is not one of cpu, gpu, accelerator, all")
-    names = [f"{p.name} ({p.vendor})" for p in platforms]
-    chosen = [p for p in platforms if not want or want in p.name.lower() or want in p.vendor.lower()]
+    names = [f"{p.name} ({p.vendor}, {p.version})" for p in platforms]
+    chosen = [p for p in platforms if not want or any(want in t.lower() for t in (p.name, p.vendor, p.version))]
     if not chosen:
         raise DeviceUnavailableError(f"{PLATFORM_ENV}={want!r} matches no OpenCL platform; found: {', '.join(names)}")
     devices = []
@@ -117,8 +148,9 @@ class ProgramCache:
         d = os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "anydevice", "opencl")
         return None if d.lower() in ("off", "0", "none") else d
 
-    def kernel(self, rt: "OpenClRuntime", index: int, spec: tuple) -> Launcher:
-        """The kernel of ``spec`` on device ``index`` (its program is built on first use)."""
+    def kernel(self, rt: "OpenClRuntime", index: int, spec: tuple, device=None) -> Launcher:
+        """The kernel of ``spec`` on (physical) device ``index``, its program built on first use;
+        ``device`` (the user-visible device) names it in a build failure."""
         k = self.kernels.get((index, spec))
         if k is not None:
             self.stats["memory_hits"] += 1
@@ -131,7 +163,7 @@ class ProgramCache:
             if prg is None:
                 src = codegen.program_source(codegen.program_specs(shared, fp64) if shared else [spec], fp64)
                 opts = BUILD_OPTIONS + (GENERIC_OPTIONS if codegen.is_generic(spec) else ())
-                prg = self.programs[(index, key)] = self._program(rt.contexts[index], rt.devices[index], src, opts)
+                prg = self.programs[(index, key)] = self._program(rt, index, src, opts, device)
             k = self.kernels[(index, spec)] = Launcher(cl.Kernel(prg, codegen.name(spec)))
         return k
 
@@ -141,8 +173,8 @@ class ProgramCache:
         binary makes it code-generate every kernel of the program (seconds for a family)."""
         return "portable computing language" not in dev.platform.name.lower()
 
-    def _program(self, ctx, dev, src: str, options: tuple) -> cl.Program:
-        opts = list(options)
+    def _program(self, rt: "OpenClRuntime", index: int, src: str, options: tuple, device=None) -> cl.Program:
+        ctx, dev, opts = rt.contexts[index], rt.devices[index], list(options)
         ident = "\n".join([src, " ".join(opts), dev.platform.name, dev.platform.version, dev.name,
                            dev.driver_version, cl.VERSION_TEXT])
         folder = self.folder() if self.keeps_binaries(dev) else None
@@ -155,11 +187,7 @@ class ProgramCache:
                 return prg
             except (cl.Error, OSError):
                 pass  # stale or foreign binary: rebuild from source below
-        try:
-            prg = cl.Program(ctx, src).build(options=opts, devices=[dev], cache_dir=False)
-        except cl.RuntimeError as e:
-            shown = src if len(src) < 4000 else src[:4000] + "\n..."
-            raise RuntimeError(f"opencl: a generated program failed to compile on {dev.name}: {e}\n{shown}") from e
+        prg = rt.build(index, src, opts, device)
         self.stats["builds"] += 1
         if path:
             try:
@@ -191,6 +219,46 @@ class OpenClRuntime(Runtime):
     def device_count(self) -> int:
         return len(self.devices)
 
+    def describe(self, index: int, device=None) -> str:
+        """``opencl:N (device, platform, driver version)``; N is ``device``'s index when given,
+        else the physical one."""
+        d = self.devices[index]
+        return (f"{device or f'opencl:{index}'} ({d.name.strip()} on {d.platform.name.strip()}, "
+                f"driver {d.driver_version.strip()})")
+
+    def build(self, index: int, src: str, options=(), device=None) -> cl.Program:
+        """Build ``src`` for device ``index``. A failure raises DeviceError with the compiler's
+        own error lines and the path of the saved source (never the source itself)."""
+        dev = self.devices[index]
+        try:
+            return cl.Program(self.contexts[index], src).build(options=list(options), devices=[dev], cache_dir=False)
+        except cl.Error as e:
+            path = diagnose.save_source(src)
+            f = diagnose.classify(str(e), dev.platform.version, diagnose.cpu_model(dev.name), source=path)
+            raise DeviceError(f"{self.describe(index, device)} failed to build a generated program:\n  "
+                              + "\n  ".join(f.lines or [str(e).splitlines()[0]])
+                              + f"\nsource saved as {path}\nhint: {f.hint}") from e
+
+    def probe(self, index: int) -> None:
+        """Admission: build and run :data:`PROBE_SOURCE` once; DeviceUnavailableError (reason
+        naming the device, hint from :func:`diagnose.classify`) when the driver cannot."""
+        dev, n = self.devices[index], 64
+        try:
+            prg = cl.Program(self.contexts[index], PROBE_SOURCE).build(devices=[dev], cache_dir=False)
+            buf = cl.Buffer(self.contexts[index], cl.mem_flags.READ_WRITE, 4 * n)
+            prg.anydevice_probe(self.queues[index], (n,), None, buf)
+            got = np.empty(n, np.int32)
+            cl.enqueue_copy(self.queues[index], got, buf, is_blocking=True)
+            buf.release()
+        except cl.Error as e:
+            f = diagnose.classify(str(e), dev.platform.version, diagnose.cpu_model(dev.name))
+            raise DeviceUnavailableError(f"{self.describe(index)} cannot build and run a test kernel: "
+                                         + "; ".join(f.lines or [str(e).splitlines()[0]]), hint=f.hint) from e
+        if not np.array_equal(got, 3 * np.arange(n, dtype=np.int32) + 1):
+            raise DeviceUnavailableError(f"{self.describe(index)} ran a test kernel and returned wrong values",
+                                         hint="update the OpenCL driver, or pick another platform with "
+                                              "ANYDEVICE_OPENCL_PLATFORM")
+
     def queue(self, index: int, stream=None) -> cl.CommandQueue:
         return stream if stream is not None else self.queues[index]
 
@@ -207,9 +275,12 @@ class OpenClRuntime(Runtime):
         }
 
     def memory_info(self, index: int):
-        """OpenCL cannot query free memory: free = total − what this process allocated."""
+        """OpenCL cannot query free memory: free = total − what this process allocated, and no
+        more than the host can back for a CPU device (whose memory is host memory)."""
         total = self.devices[index].global_mem_size
-        return (max(total - self.allocated[index], 0), total)
+        free = max(total - self.allocated[index], 0)
+        host = host_memory_available() if self.devices[index].type & cl.device_type.CPU else None
+        return (free if host is None else max(min(free, host), 0), total)
 
     def dtypes(self, index: int):
         """bool, integers, float16, bfloat16, float32 everywhere; float64 with cl_khr_fp64; no complex."""
@@ -223,9 +294,19 @@ class OpenClRuntime(Runtime):
 
     # --- memory ----------------------------------------------------------------------------
     def malloc(self, index: int, nbytes: int):
+        """A ``cl.Buffer``; MemoryError for what the device (or, for a CPU device, the host) cannot
+        hold, checked here because PoCL allocates lazily and aborts the process when it fails."""
         d = self.devices[index]
         if nbytes > d.max_mem_alloc_size:
             raise MemoryError(f"{nbytes} bytes exceed the device's largest allocation ({d.max_mem_alloc_size} bytes)")
+        if self.allocated[index] + nbytes > d.global_mem_size:
+            raise MemoryError(f"{nbytes} bytes exceed the device's memory ({d.global_mem_size} bytes, "
+                              f"{self.allocated[index]} allocated)")
+        if nbytes >= HOST_CHECK_BYTES and d.type & cl.device_type.CPU:
+            host = host_memory_available()
+            if host is not None and nbytes + HOST_RESERVE > host:
+                raise MemoryError(f"{nbytes} bytes exceed the host memory that can back this CPU device ({host} bytes: "
+                                  "the smaller of MemAvailable and the address-space limit less this process's size)")
         try:
             buf = cl.Buffer(self.contexts[index], cl.mem_flags.READ_WRITE, nbytes)
         except cl.Error as e:

@@ -10,14 +10,24 @@ Kinds, each firing after ``after`` more operations of its kind on that device:
 
 Other devices and the cpu are never affected. :func:`reset` clears the fault and the error
 state. The same faults can be set before start-up with
-``ANYDEVICE_SIM_FAULTS="npu:1:kernel:after=3,xpu:0:lost"``.
+``ANYDEVICE_SIM_FAULTS="npu:1:kernel:after=3,xpu:0:lost"``. A bad entry makes only its own type
+unavailable (an entry whose type is misspelled belongs to the closest type, ``nup`` to npu); an
+entry for no simulated type at all is ignored with a warning.
 """
 from __future__ import annotations
 
+import difflib
 import os
+import warnings
+
+from anydevice.errors import DeviceUnavailableError
+
+from .plugin import TYPES
 
 KINDS = ("alloc", "kernel", "lost")
 ENV = "ANYDEVICE_SIM_FAULTS"
+FORM = "TYPE:INDEX:KIND[:after=N], e.g. 'npu:1:kernel:after=3'"
+_warned: set = set()
 
 
 def inject(device: str, kind: str, after: int = 0) -> None:
@@ -40,31 +50,53 @@ def reset(device: str) -> None:
 
 def parse(spec: str) -> list[tuple[str, int, str, int]]:
     """``"npu:1:kernel:after=3,xpu:0:lost"`` → ``[("npu", 1, "kernel", 3), ("xpu", 0, "lost", 0)]``."""
-    out = []
-    for item in filter(None, (p.strip() for p in spec.split(","))):
-        parts = item.split(":")
-        try:
-            if len(parts) not in (3, 4) or not parts[1].isdigit():
-                raise ValueError
-            after = 0
-            if len(parts) == 4:
-                key, _, val = parts[3].partition("=")
-                if key.strip() != "after" or not val.strip().isdigit():
-                    raise ValueError
-                after = int(val)
-        except ValueError:
-            raise ValueError(f"{ENV}: cannot parse {item!r}; expected TYPE:INDEX:KIND[:after=N], "
-                             f"e.g. 'npu:1:kernel:after=3' (kinds: {', '.join(KINDS)})") from None
-        out.append((parts[0].strip().lower(), int(parts[1]), parts[2].strip().lower(), after))
-    return out
+    return [parse_entry(item) for item in entries(spec)]
+
+
+def entries(spec: str) -> list[str]:
+    return [p.strip() for p in spec.split(",") if p.strip()]
+
+
+def parse_entry(item: str) -> tuple[str, int, str, int]:
+    """One entry ``TYPE:INDEX:KIND[:after=N]``; ValueError naming the entry and the form."""
+    parts = [p.strip() for p in item.split(":")]
+    after = 0
+    ok = len(parts) in (3, 4) and parts[1].isdigit()
+    if ok and len(parts) == 4:
+        key, _, val = parts[3].partition("=")
+        ok = key.strip() == "after" and val.strip().isdigit()
+        after = int(val) if ok else 0
+    if not ok:
+        raise ValueError(f"{ENV}: cannot parse {item!r}; expected {FORM} (kinds: {', '.join(KINDS)})")
+    return parts[0].lower(), int(parts[1]), parts[2].lower(), after
+
+
+def owner(item: str) -> str | None:
+    """The simulated type an entry belongs to: its TYPE, or the closest one when misspelled."""
+    t = item.split(":", 1)[0].strip().lower()
+    return t if t in TYPES else next(iter(difflib.get_close_matches(t, TYPES, n=1)), None)
 
 
 def apply_env(device_type: str, rt, environ=None) -> None:
-    """Arm the faults of ``$ANYDEVICE_SIM_FAULTS`` that concern ``device_type`` (at runtime creation)."""
-    spec = (os.environ if environ is None else environ).get(ENV, "")
-    for t, index, kind, after in parse(spec):
-        if t == device_type:
-            _arm(rt, index, kind, after, where=ENV)
+    """Arm the faults of ``$ANYDEVICE_SIM_FAULTS`` that belong to ``device_type`` (at runtime
+    creation). A bad entry of this type raises DeviceUnavailableError; other types' entries are
+    not looked at, so their mistakes do not affect this type."""
+    for item in entries((os.environ if environ is None else environ).get(ENV, "")):
+        t = owner(item)
+        if t is None and item not in _warned:
+            _warned.add(item)
+            warnings.warn(f"{ENV}: entry {item!r} names no simulated device type (allowed: {', '.join(TYPES)}); "
+                          "it is ignored", UserWarning, stacklevel=2)
+        if t != device_type:
+            continue
+        try:
+            name, index, kind, after = parse_entry(item)
+            if name != device_type:
+                raise ValueError(f"{ENV}: entry {item!r}: {name!r} is not a simulated device type "
+                                 f"(allowed: {', '.join(TYPES)}); did you mean {device_type!r}?")
+            _arm(rt, index, kind, after, where=f"{ENV} entry {item!r}")
+        except ValueError as e:
+            raise DeviceUnavailableError(str(e), hint=f"fix or unset {ENV} (entries: {FORM})") from None
 
 
 def _arm(rt, index, kind, after, where):

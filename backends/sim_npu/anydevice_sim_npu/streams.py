@@ -78,7 +78,7 @@ class SimStream:
             try:
                 if type(item) is tuple:  # element-wise kernel (name, ufunc, out, a, b, seconds)
                     if chip.error is None:
-                        item[1](view(item[3]), view(item[4]), view(item[2]))
+                        item[1](view(item[3]), view(item[4]), out=view(item[2]))
                         self.clock += item[5]
                 elif item is _STOP:
                     return
