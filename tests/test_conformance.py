@@ -370,6 +370,7 @@ def test_indexed_spec_tests_exactly_that_device(models_device):
     report = adc.run(devices=["cfmodels:2"], ops=["add"], dtypes=["float32"])
     assert [(d["device"], d["stands_for"]) for d in report.devices] == [("cfmodels:2", ["cfmodels:2"])]
     assert {c.device for c in report.cases} == {"cfmodels:2"} and report.label("cfmodels:2") == "cfmodels:2"
+    assert report.devices[0]["model"] == {"name": "Alpha", "driver_version": "1.0"}  # physical device 3
 
 
 def test_kept_unusable_device_is_a_model_of_its_own(monkeypatch):

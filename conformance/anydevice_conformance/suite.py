@@ -81,8 +81,7 @@ def resolve_targets(specs) -> list:
         elif isinstance(s, str) and ":" not in s:
             out += group_devices(_type_devices(s))
         else:
-            d = as_device(s)
-            out.append(Target(d, (str(d),), model_of(d)))
+            out += group_devices([as_device(s)])
     seen, uniq = set(), []
     for t in out:
         if str(t.device) not in seen:
