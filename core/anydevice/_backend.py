@@ -6,6 +6,7 @@ objects. ``get_backend(type)`` creates it on first use.
 """
 from __future__ import annotations
 
+import numbers
 import os
 import threading
 import time
@@ -18,7 +19,7 @@ from . import dtypes as _dt
 from .allocator import CachingAllocator
 from .backend import DeviceArray, KernelContext, KernelTable
 from .errors import DeviceUnavailableError, PluginError, UnsupportedError
-from .plugins.manager import DISABLED, FAILED, LOADED, SKIPPED, manager
+from .plugins.manager import CONFLICT, DISABLED, FAILED, READY, REFUSED, SKIPPED, UNAVAILABLE, manager
 
 _new_array = object.__new__
 _backends: dict[str, "Backend"] = {}
@@ -363,13 +364,12 @@ class Backend:
 
 # --- lookup --------------------------------------------------------------------------
 def canonical_type(name: str) -> str | None:
-    """The device type ``name`` denotes (aliases resolved), or None if unknown."""
+    """The device type ``name`` denotes (aliases resolved), or None if unknown. Reads package
+    metadata only: no plugin is imported to look a name up. A contested name is returned as it
+    is; using it raises the conflict."""
     manager.discover()
-    if name in manager.by_type:
+    if name in manager.by_type or name in manager.contested:
         return name
-    if name in manager.aliases:
-        return manager.aliases[name]
-    manager.load_all()
     return manager.aliases.get(name)
 
 
@@ -394,34 +394,64 @@ def get_backend(device_type: str) -> Backend:
         return be
 
 
+#: More devices than this from ``Runtime.device_count()`` is taken for garbage.
+MAX_DEVICES = 4096
+
+
+class _PluginFault(DeviceUnavailableError):
+    """The plugin broke its contract (raised in a hook, returned garbage): its type is marked failed."""
+
+
 def _create(device_type: str) -> Backend:
     rec = manager.load_type(device_type)
     if rec is None:
         raise DeviceUnavailableError(f"no plugin provides device type {device_type!r}")
-    if rec.status in (FAILED, SKIPPED, DISABLED):
-        raise DeviceUnavailableError(f"{device_type}: plugin {rec.distribution or rec.name} {rec.status}: {rec.reason}")
-    assert rec.status == LOADED
+    status, reason = rec.type_status.get(device_type, (rec.status, rec.reason))
+    if status in (CONFLICT, REFUSED):
+        raise DeviceUnavailableError(f"{device_type}: {reason}", hint=rec.hints.get(device_type, ""))
+    if not rec.can_set_up(device_type):
+        raise DeviceUnavailableError(f"{device_type}: plugin {rec.label} {status}: {reason}",
+                                     hint=rec.hints.get(device_type, ""))
+    try:
+        with manager.capture(rec):
+            be = _set_up(rec, device_type)
+    except DeviceUnavailableError as e:
+        hint = e.hint or (f"report this to the vendor of {rec.label}, or upgrade it" if isinstance(e, _PluginFault)
+                          else "")
+        manager.mark(rec, device_type, FAILED if isinstance(e, _PluginFault) else UNAVAILABLE, str(e), hint)
+        raise DeviceUnavailableError(str(e), hint=hint) from e.__cause__
+    manager.mark(rec, device_type, READY)
+    return be
+
+
+def _set_up(rec, device_type: str) -> Backend:
+    """Create the runtime and kernel table of ``device_type``, checking what the plugin returns."""
+    who = f"plugin {rec.label}"
     try:
         runtime = manager.call(rec, "anydevice_create_runtime", device_type=device_type)
     except DeviceUnavailableError as e:
         raise DeviceUnavailableError(f"{device_type}: {e}", hint=getattr(e, "hint", "")) from e
     except Exception as e:  # noqa: BLE001 - a broken plugin must not break the core
-        raise DeviceUnavailableError(
-            f"{device_type}: plugin {rec.name} raised in anydevice_create_runtime(): {type(e).__name__}: {e}"
-        ) from e
+        raise _PluginFault(f"{device_type}: {who} raised in anydevice_create_runtime(): {type(e).__name__}: {e}") from e
     if runtime is None:
-        raise DeviceUnavailableError(f"{device_type}: plugin {rec.name} returned no runtime")
+        raise _PluginFault(f"{device_type}: {who} returned no runtime from anydevice_create_runtime()")
     for req in ("device_count", "synchronize"):
         if not callable(getattr(runtime, req, None)):
-            raise DeviceUnavailableError(f"{device_type}: runtime of plugin {rec.name} lacks required method {req}()")
-    kernels = KernelTable(device_type)
+            raise _PluginFault(f"{device_type}: runtime of {who} lacks required method {req}()")
+    _check_count(device_type, who, runtime)
+    kernels = KernelTable(device_type, plugin=rec.label)
     try:
         manager.call(rec, "anydevice_register_kernels", device_type=device_type, runtime=runtime, kernels=kernels)
+    except DeviceUnavailableError as e:
+        raise DeviceUnavailableError(f"{device_type}: {e}", hint=getattr(e, "hint", "")) from e
+    except Exception as e:  # noqa: BLE001
+        raise _PluginFault(f"{device_type}: {who} raised in anydevice_register_kernels(): {type(e).__name__}: {e}") from e
+    try:
         be = Backend(device_type, rec, rec.specs[device_type], runtime, kernels)
     except DeviceUnavailableError:
         raise
     except Exception as e:  # noqa: BLE001
-        raise DeviceUnavailableError(f"{device_type}: plugin {rec.name} failed during setup: {type(e).__name__}: {e}") from e
+        raise _PluginFault(f"{device_type}: {who} failed during setup: {type(e).__name__}: {e}") from e
     if be.count == 0 and be.unusable:
         hint = next((u.hint for u in be.unusable if u.hint), "")
         raise DeviceUnavailableError(
@@ -430,6 +460,35 @@ def _create(device_type: str) -> Backend:
     if be.count == 0:
         raise DeviceUnavailableError(f"{device_type}: the runtime reports no devices")
     return be
+
+
+def _check_count(device_type: str, who: str, runtime) -> None:
+    try:
+        n = runtime.device_count()
+    except DeviceUnavailableError as e:
+        raise DeviceUnavailableError(f"{device_type}: {e}", hint=getattr(e, "hint", "")) from e
+    except Exception as e:  # noqa: BLE001
+        raise _PluginFault(f"{device_type}: device_count() of {who} raised {type(e).__name__}: {e}") from e
+    if not isinstance(n, numbers.Integral) or isinstance(n, bool) or not 0 <= n <= MAX_DEVICES:
+        raise _PluginFault(f"{device_type}: device_count() of {who} returned {n!r} ({type(n).__name__}); "
+                           f"expected an int from 0 to {MAX_DEVICES}")
+
+
+def known_state(device_type: str) -> tuple[str, str]:
+    """``("available" | "unavailable" | "not loaded", reason)`` for a type, importing no plugin module
+    but the core's own (whose import cannot hang)."""
+    if device_type in _backends:
+        return "available", ""
+    if device_type in _unavailable:
+        return "unavailable", str(_unavailable[device_type])
+    rec = manager.by_type.get(device_type)
+    status, reason = rec.type_status.get(device_type, (rec.status, rec.reason)) if rec is not None else ("", "")
+    if status in (FAILED, SKIPPED, DISABLED, CONFLICT, REFUSED):
+        return "unavailable", f"{device_type}: {reason}"
+    if rec is not None and rec.distribution == "anydevice":
+        why = unavailable_reason(device_type)
+        return ("unavailable", why) if why else ("available", "")
+    return "not loaded", ""
 
 
 def forget(device_type: str | None = None) -> None:

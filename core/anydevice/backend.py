@@ -54,6 +54,7 @@ from typing import Any, Callable, Iterable, NamedTuple
 import numpy as np
 
 from .dtypes import DType
+from .errors import PluginError
 
 #: The plugin API version of this core. A plugin targeting another version is skipped.
 API_VERSION = 1
@@ -173,8 +174,8 @@ class KernelTable:
     variadic input (``concat``) receives it as one list. Kernels must not modify their inputs.
     """
 
-    def __init__(self, device_type: str):
-        self.device_type = device_type
+    def __init__(self, device_type: str, plugin: str | None = None):
+        self.device_type, self.plugin = device_type, plugin
         self._kernels: dict[str, list[Kernel]] = {}
 
     def register(self, op: str, fn: Callable | None = None, *, dtypes: Iterable | None = None, out: bool = False):
@@ -184,6 +185,9 @@ class KernelTable:
         from .ops.registry import get_op  # validates the op name
 
         get_op(op)
+        if not callable(fn):
+            raise PluginError(f"plugin {self.plugin or '?'} registered {fn!r} ({type(fn).__name__}) as the "
+                              f"{self.device_type} kernel of op {op!r}; a kernel must be a callable")
         ds = None if dtypes is None else frozenset(_as_dtype(d) for d in dtypes)
         self._kernels.setdefault(op, []).insert(0, Kernel(fn, ds, out))
         return fn

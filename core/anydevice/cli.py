@@ -2,7 +2,9 @@
 ``bench`` (side-by-side benchmarks), ``plugins`` (what was discovered)."""
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
 import sys
 
 _COMMANDS = {
@@ -21,18 +23,71 @@ def _usage() -> str:
 
 
 def plugins_main(argv) -> int:
+    """``anydevice plugins [--json]``: every discovered plugin; per device type its status, reason,
+    hint and the devices its probe rejected; what the plugin printed while loading."""
     import json
 
-    from .plugins.manager import manager
+    if "--json" in argv:
+        with _stdout_to_stderr():   # nothing but the JSON document goes to stdout
+            report = _plugin_report()
+        print(json.dumps(report, indent=2))
+        return 0
+    for r in _plugin_report():
+        print(_plugin_text(r))
+    return 0
+
+
+def _plugin_report() -> list:
+    from . import _backend
+    from .plugins.manager import LOADED, READY, UNAVAILABLE, manager
 
     manager.load_all()
-    recs = [r.as_dict() for r in manager.records]
-    if "--json" in argv:
-        print(json.dumps(recs, indent=2))
-    else:
-        for r in recs:
-            print(f"{r['name']:<32} {','.join(r['device_types']):<16} {r['status']:<10} {r['reason']}")
-    return 0
+    out = []
+    for rec in list(manager.records):
+        for t in rec.types:
+            if rec.type_status.get(t, ("",))[0] in (LOADED, READY, UNAVAILABLE):
+                _backend.unavailable_reason(t)   # sets the type up, so its status is final
+        d = rec.as_dict()
+        for t, entry in d["type_status"].items():
+            entry["unusable_devices"] = [u.as_dict() for u in _backend.unusable_devices(t)] if t in rec.types else []
+        out.append(d)
+    return out
+
+
+def _plugin_text(r: dict) -> str:
+    title = " ".join(filter(None, [r["distribution"] or r["name"], r["version"]]))
+    lines = [f"{title} ({r['module'] or 'no module'}): {r['status']}"]
+    if r["reason"] and not r["type_status"]:
+        lines.append(f"  {r['reason']}")
+    for t, e in r["type_status"].items():
+        lines.append(f"  {t:<10} {e['status']:<12} {e['reason']}".rstrip())
+        if e["hint"]:
+            lines.append(f"  {'':<10} {'':<12} hint: {e['hint']}")
+        for u in e["unusable_devices"]:
+            kept = ", kept visible" if u["kept_visible"] else ""
+            hint = f" (hint: {u['hint']})" if u["hint"] else ""
+            lines.append(f"  {'':<10} unusable physical device {u['physical_index']}{kept}: {u['reason']}{hint}")
+    for a, e in r["aliases"].items():
+        lines.append(f"  alias {a} -> {e['type']}: {e['status']} {e['reason']}".rstrip())
+    if r["output"].strip():
+        lines.append("  printed while loading:")
+        lines += [f"    | {line}" for line in r["output"].rstrip().splitlines()]
+    return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    """Send what is written to stdout, by Python code or by native vendor libraries, to stderr."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def main(argv=None) -> int:

@@ -57,21 +57,23 @@ class Device:
 
 
 def _unknown_type_error(name: str) -> ValueError:
+    """Lists what is installed from entry-point names and what is already known; imports no plugin."""
     from . import _backend
     from .plugins.manager import manager
 
-    manager.load_all()
-    avail, unavail = [], []
+    manager.discover()
+    states: dict[str, list] = {"available": [], "unavailable": [], "not loaded": []}
     for t in sorted(manager.by_type):
-        reason = _backend.unavailable_reason(t)
-        (unavail if reason else avail).append((t, reason))
-    known = [t for t, _ in avail + unavail] + list(manager.aliases)
-    msg = f"unknown device type {name!r}. Available: {', '.join(t for t, _ in avail) or 'none'}"
+        state, reason = _backend.known_state(t)
+        states[state].append((t, reason))
+    msg = f"unknown device type {name!r}. Available: {', '.join(t for t, _ in states['available']) or 'none'}"
     if manager.aliases:
         msg += " (aliases: " + ", ".join(f"{a} -> {t}" for a, t in sorted(manager.aliases.items())) + ")"
-    if unavail:
-        msg += ". Installed but unavailable: " + "; ".join(f"{r}" for t, r in unavail)
-    close = difflib.get_close_matches(name, known, n=1)
+    if states["unavailable"]:
+        msg += ". Installed but unavailable: " + "; ".join(r for _, r in states["unavailable"])
+    if states["not loaded"]:
+        msg += ". Installed, not loaded yet: " + ", ".join(t for t, _ in states["not loaded"])
+    close = difflib.get_close_matches(name, list(manager.by_type) + list(manager.aliases), n=1)
     if close:
         msg += f". Did you mean {close[0]!r}?"
     return ValueError(msg)

@@ -21,7 +21,8 @@ import warnings
 
 from . import autograd as _ag
 from . import dtypes as _dt
-from .errors import FallbackError
+from .backend import DeviceArray
+from .errors import FallbackError, PluginError
 from .devices import as_device
 from .ops.registry import check_category, get_op
 
@@ -342,6 +343,12 @@ def _execute(op, inputs, attrs, device, compute, out_shape, out_dtype):
     plan = op.plans.get(key)
     if plan is None:
         plan = _plan(op, device, compute)
+        if plan[0] == NATIVE:   # the plan is cached only once its kernel returned a buffer of this device
+            out = _run_kernel(plan[1], device, inputs, attrs, out_shape, out_dtype)
+            if not plan[1].out:
+                _check_result(op, plan[1], device, out)
+            op.plans[key] = plan
+            return out, NATIVE
         op.plans[key] = plan
     path, kernel = plan
     if path == NATIVE:
@@ -398,6 +405,31 @@ def _run_kernel(kernel, device, inputs, attrs, out_shape, out_dtype):
         kernel.fn(ctx, out, *bufs, **kw)
         return out
     return kernel.fn(ctx, *bufs, **kw)
+
+
+def _check_result(op, kernel, device, buf) -> None:
+    """A returning kernel must give a buffer of its own device: a DeviceArray from that device's
+    allocator, or for runtimes that keep their own storage an array (with shape and dtype)."""
+    be = device._backend
+    if be.own_storage:
+        if hasattr(buf, "shape") and hasattr(buf, "dtype"):
+            return
+        expected = f"an array of the {device.type} runtime"
+    else:
+        if isinstance(buf, DeviceArray) and getattr(buf.block, "owner", None) is be.allocators[device.index]:
+            return
+        expected = f"a DeviceArray allocated on {device} (ctx.empty(shape, dtype))"
+        if isinstance(buf, DeviceArray):
+            expected += ", not memory of another device"
+    fn = kernel.fn
+    name = f"{getattr(fn, '__module__', None) or '?'}.{getattr(fn, '__qualname__', None) or repr(fn)}"
+    raise PluginError(f"kernel {name}() of op {op.name!r} on {device} (plugin {be.record.label}) returned "
+                      f"{_short(buf)} ({type(buf).__name__}); expected {expected}")
+
+
+def _short(x) -> str:
+    r = repr(x)
+    return r if len(r) <= 60 else r[:57] + "..."
 
 
 def _fallback(op, inputs, attrs, device):

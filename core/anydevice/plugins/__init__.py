@@ -2,7 +2,10 @@
 
 A backend is a module named by an entry point in group ``anydevice.backends``; the
 entry point's *name* is the device type it provides (one entry point per type, several
-may name the same module). Mark hook implementations with :data:`hookimpl`.
+may name the same module). Aliases are entry points in group ``anydevice.aliases``
+(``gpu = "cuda"``). A name two distributions claim is served by neither until
+``ANYDEVICE_PLUGIN_<NAME>=<distribution>`` picks one (see :mod:`.hookspecs`). Mark hook
+implementations with :data:`hookimpl`.
 """
 import pluggy
 

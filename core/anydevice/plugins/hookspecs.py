@@ -1,8 +1,44 @@
 """Hook specifications of the anydevice plugin contract (API version 1).
 
 Every hook is called on one plugin at a time, so a plugin that raises never disturbs
-another; the core records the failure for ``anydevice check``. Hooks marked *required*
-must be implemented; a plugin missing one is reported as failed.
+another; the core records the failure on the plugin's record (``anydevice plugins`` and
+``anydevice check`` show it), per device type when a plugin serves several. Hooks marked
+*required* must be implemented; a plugin missing one is reported as failed. Every hook needs
+the :data:`anydevice.plugins.hookimpl` marker: a function with a hook's name but without it is
+never called, and the record says so. What a plugin prints while it is imported or set up is
+kept in its record (``rec.output``), not written to the user's terminal.
+
+**Versioning.** :data:`anydevice.backend.API_VERSION` is the plugin API *major* version: it
+changes only for breaking changes (a hook removed, a parameter or return contract changed), and
+a plugin written for a version this core does not support is skipped with the reason. Additions
+(new optional hooks, new optional :class:`~anydevice.backend.Runtime` methods, new optional
+fields with defaults) are the minor part and keep the major version: a plugin written for
+today's API keeps loading, and the core detects optional capabilities by their presence.
+
+**Names.** A distribution names each device type it provides by an entry point in group
+``anydevice.backends`` (``npu = "vendor_npu.plugin"``) and each alias by one in group
+``anydevice.aliases`` (``gpu = "cuda"``: name = alias, value = a type of the same
+distribution). The core reads both from package metadata, without importing any plugin, so a
+device string resolves, and a mistyped one fails with the list of installed types, even when
+some unrelated plugin's import would hang. Who gets a name never depends on loading order or
+on distribution names:
+
+- a name claimed by two distributions (two types, a type and an alias, two aliases) is served
+  by neither; both records show status ``conflict`` naming both, and using the name raises
+  :class:`anydevice.DeviceUnavailableError` saying so. ``ANYDEVICE_PLUGIN_<NAME>=<distribution>``
+  (e.g. ``ANYDEVICE_PLUGIN_NPU=anydevice-sim-npu``; names compared per PEP 503) gives it to one;
+- an alias only counts when its distribution provides the target type;
+- the core's own names (``cpu``) are never given to another distribution.
+
+Aliases given only in :class:`~anydevice.backend.DeviceTypeSpec` still work, but the core
+learns them only once the plugin is loaded (one of its types used, ``anydevice plugins``):
+they take names nobody declared in metadata, two of them for one name make it a conflict, and
+they never displace a name declared in metadata. Declare aliases in ``anydevice.aliases`` to
+have them known without loading and protected from being taken.
+
+**Device admission.** After the runtime is created, the core calls the runtime's optional
+``probe(index)`` once per physical device; one that raises ``DeviceUnavailableError(reason,
+hint=...)`` is left out of the visible set (see :mod:`anydevice.backend`).
 """
 from __future__ import annotations
 
@@ -17,7 +53,8 @@ def anydevice_api_version() -> int:
     version is not in :data:`anydevice.backend.SUPPORTED_API_VERSIONS` is skipped with the
     reason recorded; it is never an error for ``import anydevice``.
 
-    :return: an ``int``, normally :data:`anydevice.backend.API_VERSION` at the time of writing.
+    :return: an ``int`` (not a string, not a bool), normally :data:`anydevice.backend.API_VERSION`
+        at the time of writing; anything else fails the plugin.
     """
 
 
@@ -25,11 +62,11 @@ def anydevice_api_version() -> int:
 def anydevice_device_types():
     """Describe the device types this plugin provides. **Required.**
 
-    Called once after the API version check. Every type listed must also be the name of one
-    of the plugin's entry points (that is what lets the core list types without importing
-    plugins); aliases are resolved after loading.
+    Called once after the API version check. Every entry point of the plugin must be listed
+    (an entry point without its spec fails that type); names are words (letters, digits, ``_``).
+    ``aliases`` here are learned only after loading: declare them in ``anydevice.aliases`` too.
 
-    :return: a list of :class:`anydevice.backend.DeviceTypeSpec`.
+    :return: a list of :class:`anydevice.backend.DeviceTypeSpec`; anything else fails the plugin.
     """
 
 
@@ -42,6 +79,10 @@ def anydevice_create_runtime(device_type: str):
     :class:`anydevice.DeviceUnavailableError` with a precise, actionable reason when the
     device cannot be used on this machine ("cupy is installed but no CUDA driver was found").
 
+    An exception other than ``DeviceUnavailableError`` marks the type *failed* (the record names
+    this hook and the exception). The runtime's ``device_count()`` must return an ``int`` from 0
+    to 4096 (not a bool or string); anything else makes the type unavailable with the reason.
+
     :param device_type: one of the types returned by ``anydevice_device_types``.
     :return: an :class:`anydevice.backend.Runtime` instance.
     """
@@ -52,7 +93,10 @@ def anydevice_register_kernels(device_type: str, runtime, kernels) -> None:
     """Register native kernels. Optional: a plugin without kernels gets every op through
     decompositions and the CPU fallback.
 
-    Called once, right after ``anydevice_create_runtime`` succeeded.
+    Called once, right after ``anydevice_create_runtime`` succeeded. An exception marks the type
+    failed. ``kernels.register`` refuses a non-callable; a returning kernel must give a buffer of
+    its device (checked on the first call of each op, device and dtype), else the op raises
+    :class:`anydevice.errors.PluginError` naming the op, the kernel and the plugin.
 
     :param device_type: the type being set up.
     :param runtime: the runtime just created.
