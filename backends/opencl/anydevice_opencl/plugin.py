@@ -27,7 +27,7 @@ def anydevice_create_runtime(device_type):
     try:
         import pyopencl  # noqa: F401
     except ImportError as e:
-        raise DeviceUnavailableError(f"pyopencl is not installed ({e}): pip install anydevice-opencl[pocl]") from e
+        raise DeviceUnavailableError(f"pyopencl is not installed ({e})", hint="pip install anydevice-opencl") from e
     from .runtime import OpenClRuntime
 
     return OpenClRuntime()
