@@ -1,0 +1,128 @@
+"""The report as tables: environment line, plugins, checks per device type, verdicts.
+
+Cells stay short: a failure shows the first line of its detail (at most :data:`CELL_LINES`
+lines of the column) and its hint; the rest is in ``--json``. Generated source or a compiler
+log inside an error message therefore never floods the table.
+"""
+from __future__ import annotations
+
+import re
+
+from .checks import FAILED, PASSED, SKIPPED, TIMED_OUT, UNAVAILABLE
+
+CELL_LINES = 2
+MORE = "… (full detail in --json)"
+#: Unusable devices listed per type; more are counted.
+UNUSABLE_ROWS = 3
+_WHERE = re.compile(r" \(raised at [^()\n]*\)$")
+_LABEL = {TIMED_OUT: "timed out"}
+_STYLE = {PASSED: "green", FAILED: "bold red", SKIPPED: "yellow", UNAVAILABLE: "dim", TIMED_OUT: "bold red",
+          "unusable": "yellow", "loaded": "green", "failed": "bold red", "conflict": "bold red", "skipped": "yellow",
+          "disabled": "dim", "discovered": "dim"}
+
+
+def short(text: str, width: int, lines: int = CELL_LINES) -> str:
+    """The first line of ``text`` within ``lines`` lines of ``width`` columns (keeping where it was raised)."""
+    at = _WHERE.search(text)
+    tail = at.group(0) if at else ""
+    body = text[: at.start()] if at else text
+    first, _, rest = body.strip().partition("\n")
+    limit = max(20, width * lines - len(tail) - len(MORE) - 1)
+    cut = bool(rest.strip()) or len(first) > limit
+    return first[:limit].rstrip() + tail + (f" {MORE}" if cut else "")
+
+
+def _status(s: str, T):
+    return T(_LABEL.get(s, s), style=_STYLE.get(s, ""))
+
+
+def render(report: dict, console=None) -> None:
+    """Print the report as tables: environment, plugins, checks per device type, verdicts."""
+    from rich.console import Console
+    from rich.text import Text as T  # plain text cells: no markup, no emoji codes (":x:")
+
+    c = console or Console()
+    e = report["environment"]
+    c.print(T(f"anydevice {e['anydevice']} (plugin API {e['plugin_api_version']}) · Python {e['python']} · "
+              f"numpy {e['numpy']} · {e['platform']}", style="bold"))
+    if e["env"]:
+        c.print(T("environment: " + " ".join(f"{k}={v}" for k, v in e["env"].items())))
+    width = max(30, c.width - 46)
+    c.print(_plugins_table(report, width, T))
+    c.print(_checks_table(report, width, T))
+    for d in report["devices"].values():
+        style = {PASSED: "green", FAILED: "bold red", TIMED_OUT: "bold red"}.get(
+            d["status"], "red" if d["requested"] else "dim")
+        c.print(T(short(d["verdict"], c.width, 4), style=style))
+    c.print(T(f"checked in {report['seconds']:.1f} s; exit status {report['exit_code']}"))
+
+
+def _plugins_table(report: dict, width: int, T):
+    from rich.table import Table
+
+    pt = Table(title="plugins", title_justify="left")
+    for col in ("plugin", "version", "types", "status", "reason"):
+        pt.add_column(col, overflow="fold")
+    for p in report["plugins"]:
+        reason = short(p["reason"], width, 3) + (f" → {short(p['hint'], width)}" if p["hint"] else "")
+        if p.get("plugin_output"):
+            reason += f" [printed {len(p['plugin_output'])} characters: plugin_output in --json]"
+        pt.add_row(T(p["distribution"] or p["name"]), T(str(p["version"] or "")), T(", ".join(p["device_types"])),
+                   _status(p["status"], T), T(reason))
+    return pt
+
+
+def _checks_table(report: dict, width: int, T):
+    from rich.table import Table
+
+    ct = Table(title="checks", title_justify="left")
+    for col, kw in (("type", {}), ("check", {}), ("result", {}), ("time", {"justify": "right"}),
+                    ("detail", {"overflow": "fold"})):
+        ct.add_column(col, **kw)
+    for i, d in enumerate(report["devices"].values()):
+        if i:
+            ct.add_section()
+        rows = _type_rows(d, width)
+        for k, (check, status, ms, detail) in enumerate(rows):
+            ct.add_row(T(d["type"] if k == 0 else ""), check, _status(status, T), ms, T(detail))
+    return ct
+
+
+def _type_rows(d: dict, width: int) -> list:
+    """``(check, status, time, detail)`` rows of one device type."""
+    if d["status"] == UNAVAILABLE or not d["checks"]:
+        tail = f"\n→ {short(d['hint'], width)}" if d["hint"] else ""
+        status = d["status"] if d["status"] in (UNAVAILABLE, TIMED_OUT) or d["requested"] else UNAVAILABLE
+        rows = [("", status, "", short(d["reason"], width, 3) + tail)]
+    else:
+        rows, seen = [], {}
+        for chk in d["checks"]:
+            detail = _check_cell(chk, width)
+            if chk["status"] in (FAILED, TIMED_OUT) and detail in seen:
+                detail = f"same error as {seen[detail]}"
+            elif chk["status"] in (FAILED, TIMED_OUT):
+                seen[detail] = chk["name"]
+            rows.append((chk["name"], chk["status"], f"{chk['seconds'] * 1e3:.0f} ms", detail))
+    rows += _unusable_rows(d, width)
+    if d.get("fallback_ops") and d["status"] == FAILED and "--no-fallback" in d["verdict"]:
+        rows.append(("fallback", FAILED, "", short("ran on the CPU fallback (--no-fallback): "
+                                                   + ", ".join(d["fallback_ops"]), width, 3)))
+    if d.get("plugin_output"):
+        rows.append(("output", "", "", f"the plugin printed {len(d['plugin_output'])} characters "
+                                       "(plugin_output in --json)"))
+    return rows
+
+
+def _check_cell(chk: dict, width: int) -> str:
+    if chk["status"] not in (FAILED, TIMED_OUT):
+        return short(chk["detail"], width, 4)
+    return short(chk["detail"], width) + (f"\n→ {short(chk['hint'], width, 1)}" if chk["hint"] else "")
+
+
+def _unusable_rows(d: dict, width: int) -> list:
+    unusable = d.get("unusable") or []
+    rows = [("unusable", "unusable", "", short(f"{u['device']}: {u['reason']}", width)
+             + (f"\n→ {short(u['hint'], width, 1)}" if u["hint"] else "")) for u in unusable[:UNUSABLE_ROWS]]
+    if len(unusable) > UNUSABLE_ROWS:
+        rows.append(("unusable", "unusable", "", f"and {len(unusable) - UNUSABLE_ROWS} more {MORE}"))
+    return rows
