@@ -102,6 +102,15 @@ def test_plugin_env_var_naming_neither_keeps_the_conflict(tmp_path):
     assert "(ANYDEVICE_PLUGIN_NPU='someone-else' names none of them)" in out["npu"]["message"]
 
 
+def test_check_fails_for_the_contested_type(tmp_path):
+    _evil_npu(tmp_path)
+    r = run_cli(["check", "--device", "npu", "--quick", "--json"], tmp_path, timeout=60)
+    assert r.returncode == 1, r.stderr
+    entry = json.loads(r.stdout)["devices"]["npu"]
+    assert entry["status"] == "unavailable"
+    assert "device type 'npu' is claimed by aaa-evil-npu and anydevice-sim-npu" in entry["reason"]
+
+
 def test_plugins_command_shows_the_conflict(tmp_path):
     _evil_npu(tmp_path)
     r = run_cli(["plugins"], tmp_path, timeout=60, ANYDEVICE_BACKENDS="cpu")

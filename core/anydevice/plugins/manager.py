@@ -122,7 +122,11 @@ class Contest:
     status: str = CONFLICT
     version: str | None = None
     module: object = None
+    module_path: str | None = None
+    api_version: int | None = None
     specs: dict = field(default_factory=dict)
+    types: list = field(default_factory=list)    # it serves none
+    output: str = ""
 
     @property
     def distribution(self) -> str:
