@@ -23,7 +23,7 @@ import time
 
 from .checks import (CHECKS, FAILED, PASSED, SKIPPED, TIMED_OUT, UNAVAILABLE, CheckFailed, CheckResult, CheckSkipped,
                      Target, run_one)
-from .environment import environment
+from . import environment as _environment
 from .render import render
 from .report import Report, overall_verdict
 from .runner import DEFAULT_TIMEOUT, Job, Runner
@@ -50,7 +50,7 @@ def run(devices=None, quick: bool = False, progress=None, *, timeout: float = DE
     t0 = time.perf_counter()
     timeout = _valid_timeout(timeout)
     devices = [devices] if isinstance(devices, str) else list(devices or [])
-    env = environment()
+    env = _environment.environment()
     found: dict = {}
     selection, errors = select(devices, lambda: found.setdefault("aliases", _aliases(timeout, in_process)))
     report = Report(selection, bool(devices), no_fallback, progress and progress.step)

@@ -182,6 +182,8 @@ class Report:
     def plugin_rows(self) -> list:
         rows = list(self.rows.values())
         for r in rows:
+            if r.get("output"):  # what the plugin manager kept of the plugin's prints while setting it up
+                r["plugin_output"] = _truncate(r["output"] + r["plugin_output"])
             if r.get("hook_errors"):
                 raised = "hooks raised: " + "; ".join(r["hook_errors"])
                 r["reason"] = f"{r['reason']}; {raised}" if r.get("reason") else raised

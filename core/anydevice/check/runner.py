@@ -193,15 +193,26 @@ def _child_env() -> dict:
     return dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(path))
 
 
+class _Abandoned(BaseException):
+    """Unwinds an abandoned thread at its next event (not an Exception: no check catches it)."""
+
+
 class _Thread(_Worker):
     """One job of in-process plugins in a daemon thread; stdout/stderr go to a buffer meanwhile."""
+
+    abandoned = False
 
     def assign(self, job: Job, quick: bool) -> None:
         self.begin(job)
         self.buffer = io.StringIO()
         sys.stdout = sys.stderr = self.buffer
-        ch = Channel(lambda line: self._events.put((self.wid, json.loads(line))), self.buffer.tell)
+        ch = Channel(self._send, self.buffer.tell)
         threading.Thread(target=self._main, args=(ch, job.payload(quick)), daemon=True).start()
+
+    def _send(self, line: str) -> None:
+        if self.abandoned:
+            raise _Abandoned
+        self._events.put((self.wid, json.loads(line)))
 
     def start(self, events: queue.Queue) -> None:
         self._events = events
@@ -209,15 +220,21 @@ class _Thread(_Worker):
     def _main(self, ch: Channel, payload: dict) -> None:
         try:
             work(payload, ch)
+        except _Abandoned:
+            pass
         except BaseException as e:  # noqa: BLE001 - reported as the stage that was running
             self._events.put((self.wid, {"ev": "crash", "reason": describe(e)}))
         finally:
             self._events.put((self.wid, None))
 
     def stop(self) -> None:
-        """A thread cannot be killed: it is abandoned (and ignored from now on)."""
+        """A thread cannot be killed: it is abandoned, and stops at its next event if it ever gets there."""
+        self.abandoned = self.job is not None
 
-    close = reap = stop
+    def close(self) -> None:
+        pass
+
+    reap = close
 
     def output(self) -> str:
         return self.buffer.getvalue()
