@@ -251,7 +251,7 @@ class OpenClRuntime(Runtime):
             cl.enqueue_copy(self.queues[index], got, buf, is_blocking=True)
             buf.release()
         except cl.Error as e:
-            f = diagnose.classify(str(e), dev.platform.version, diagnose.cpu_model(dev.name))
+            f = diagnose.classify(str(e), dev.platform.version, diagnose.cpu_model(dev.name), source="<probe kernel>")
             raise DeviceUnavailableError(f"{self.describe(index)} cannot build and run a test kernel: "
                                          + "; ".join(f.lines or [str(e).splitlines()[0]]), hint=f.hint) from e
         if not np.array_equal(got, 3 * np.arange(n, dtype=np.int32) + 1):
