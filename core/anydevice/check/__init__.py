@@ -90,12 +90,13 @@ def _jobs(selection: dict, in_process: bool) -> list:
     local = []
     for ty, specs in selection.items():
         rec = manager.by_type.get(ty)
-        if in_process or rec is None or (ty, rec.module_path) not in installed:
+        if in_process or (ty, getattr(rec, "module_path", None)) not in installed:
             local.append((ty, specs))
         else:
-            groups.setdefault(rec.name, []).append((ty, specs))
-    jobs = sorted((Job(types) for types in groups.values()), key=lambda j: -len(j.types))
-    return jobs + ([Job(local, in_process=True)] if local else [])
+            groups.setdefault(rec.name, (rec, []))[1].append((ty, specs))
+    # Plugins with more types first; the core's own (cpu, quick to check) last, to fill a gap.
+    order = sorted(groups.values(), key=lambda g: ((g[0].distribution or "").lower() == "anydevice", -len(g[1])))
+    return [Job(types) for _, types in order] + ([Job(local, in_process=True)] if local else [])
 
 
 def _aliases(timeout: float, in_process: bool) -> dict:

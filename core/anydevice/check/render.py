@@ -10,11 +10,11 @@ import re
 
 from .checks import FAILED, PASSED, SKIPPED, TIMED_OUT, UNAVAILABLE
 
-CELL_LINES = 2
+CELL_LINES = 3
 MORE = "… (full detail in --json)"
 #: Unusable devices listed per type; more are counted.
 UNUSABLE_ROWS = 3
-_WHERE = re.compile(r" \(raised at [^()\n]*\)$")
+_WHERE = re.compile(r" \(raised at [^()\n]*\)")
 _LABEL = {TIMED_OUT: "timed out"}
 _STYLE = {PASSED: "green", FAILED: "bold red", SKIPPED: "yellow", UNAVAILABLE: "dim", TIMED_OUT: "bold red",
           "unusable": "yellow", "loaded": "green", "failed": "bold red", "conflict": "bold red", "skipped": "yellow",
@@ -22,14 +22,16 @@ _STYLE = {PASSED: "green", FAILED: "bold red", SKIPPED: "yellow", UNAVAILABLE: "
 
 
 def short(text: str, width: int, lines: int = CELL_LINES) -> str:
-    """The first line of ``text`` within ``lines`` lines of ``width`` columns (keeping where it was raised)."""
+    """The first line of ``text`` within about ``lines`` lines of ``width`` columns, keeping where it was raised."""
+    first, _, rest = text.strip().partition("\n")
+    if not rest.strip() and len(first) <= width * lines:
+        return first
     at = _WHERE.search(text)
-    tail = at.group(0) if at else ""
-    body = text[: at.start()] if at else text
-    first, _, rest = body.strip().partition("\n")
-    limit = max(20, width * lines - len(tail) - len(MORE) - 1)
-    cut = bool(rest.strip()) or len(first) > limit
-    return first[:limit].rstrip() + tail + (f" {MORE}" if cut else "")
+    tail = at.group(0) if at and at.group(0) not in first else ""
+    limit = width * lines - len(MORE) - 1
+    if limit - len(tail) < 30:
+        tail = ""
+    return first[: max(limit - len(tail), 10)].rstrip() + tail + f" {MORE}"
 
 
 def _status(s: str, T):
@@ -47,7 +49,7 @@ def render(report: dict, console=None) -> None:
               f"numpy {e['numpy']} · {e['platform']}", style="bold"))
     if e["env"]:
         c.print(T("environment: " + " ".join(f"{k}={v}" for k, v in e["env"].items())))
-    width = max(30, c.width - 46)
+    width = max(30, c.width - 44)
     c.print(_plugins_table(report, width, T))
     c.print(_checks_table(report, width, T))
     for d in report["devices"].values():
@@ -95,9 +97,9 @@ def _type_rows(d: dict, width: int) -> list:
         status = d["status"] if d["status"] in (UNAVAILABLE, TIMED_OUT) or d["requested"] else UNAVAILABLE
         rows = [("", status, "", short(d["reason"], width, 3) + tail)]
     else:
-        rows, seen = [], {}
+        rows, seen, hints = [], {}, set()
         for chk in d["checks"]:
-            detail = _check_cell(chk, width)
+            detail = _check_cell(chk, width, hints)
             if chk["status"] in (FAILED, TIMED_OUT) and detail in seen:
                 detail = f"same error as {seen[detail]}"
             elif chk["status"] in (FAILED, TIMED_OUT):
@@ -113,16 +115,19 @@ def _type_rows(d: dict, width: int) -> list:
     return rows
 
 
-def _check_cell(chk: dict, width: int) -> str:
+def _check_cell(chk: dict, width: int, hints: set) -> str:
+    """A check's detail; a failure's hint only the first time it comes up for the type."""
     if chk["status"] not in (FAILED, TIMED_OUT):
         return short(chk["detail"], width, 4)
-    return short(chk["detail"], width) + (f"\n→ {short(chk['hint'], width, 1)}" if chk["hint"] else "")
+    hint = "" if not chk["hint"] or chk["hint"] in hints else f"\n→ {short(chk['hint'], width, 4)}"
+    hints.add(chk["hint"])
+    return short(chk["detail"], width) + hint
 
 
 def _unusable_rows(d: dict, width: int) -> list:
     unusable = d.get("unusable") or []
     rows = [("unusable", "unusable", "", short(f"{u['device']}: {u['reason']}", width)
-             + (f"\n→ {short(u['hint'], width, 1)}" if u["hint"] else "")) for u in unusable[:UNUSABLE_ROWS]]
+             + (f"\n→ {short(u['hint'], width)}" if u["hint"] else "")) for u in unusable[:UNUSABLE_ROWS]]
     if len(unusable) > UNUSABLE_ROWS:
         rows.append(("unusable", "unusable", "", f"and {len(unusable) - UNUSABLE_ROWS} more {MORE}"))
     return rows

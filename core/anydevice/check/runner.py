@@ -251,12 +251,12 @@ class Runner:
         self._ids = 0
 
     def run(self, jobs: list) -> None:
-        pending = list(jobs)
+        self.pending = list(jobs)
         saved = sys.stdout, sys.stderr
         try:
-            while pending or any(w.job is not None for w in self.workers.values()):
-                self._launch(pending)
-                self._step(pending)
+            while self.pending or any(w.job is not None for w in self.workers.values()):
+                self._launch()
+                self._step()
         finally:
             sys.stdout, sys.stderr = saved
             for w in self.workers.values():
@@ -271,9 +271,9 @@ class Runner:
         w.start(self.events)
         return w
 
-    def _launch(self, pending: list) -> None:
+    def _launch(self) -> None:
         now = time.monotonic()
-        for job in list(pending):
+        for job in list(self.pending):
             if job.in_process:
                 if any(isinstance(w, _Thread) and w.job is not None for w in self.workers.values()):
                     continue  # in-process jobs share this process's state: one at a time
@@ -283,26 +283,26 @@ class Runner:
                 if w is None and sum(w.busy(now) for w in self.workers.values()) >= self.parallel:
                     continue
                 w = w or self._new(_Process)
-            pending.remove(job)
+            self.pending.remove(job)
             w.assign(job, self.quick)
 
-    def _step(self, pending: list) -> None:
+    def _step(self) -> None:
         running = [w for w in self.workers.values() if w.job is not None]
         wake = min(w.deadline for w in running) if running else time.monotonic() + QUIET_AFTER
-        if pending:
+        if self.pending:
             wake = min([wake] + [w.last_news + QUIET_AFTER for w in running if w.busy(time.monotonic())])
         try:
             wid, ev = self.events.get(timeout=max(wake - time.monotonic(), 0.0) + 0.01)
         except queue.Empty:
             for w in [w for w in running if w.deadline <= time.monotonic()]:
-                self._abandon(w, TIMED_OUT, pending)
+                self._abandon(w, TIMED_OUT)
             return
         w = self.workers.get(wid)
         if w is None:
             return  # an abandoned worker
         if ev is None:
             if w.job is not None:
-                self._abandon(w, FAILED, pending)
+                self._abandon(w, FAILED)
             else:
                 del self.workers[wid]
                 w.reap()
@@ -323,6 +323,8 @@ class Runner:
         elif kind == "done":
             self._collect(w, int(ev.get("at") or 0) or None)
             w.job = None
+            if not self.pending:
+                w.close()  # nothing left for it: let it exit while the others finish
         else:
             if kind == "check":
                 w.results.add((ev.get("type"), ev["result"]["name"]))
@@ -332,7 +334,7 @@ class Runner:
         for owner, text in w.outputs(end):
             self.report.add_output(owner, text)
 
-    def _abandon(self, w: _Worker, status: str, pending: list) -> None:
+    def _abandon(self, w: _Worker, status: str) -> None:
         """Stop ``w``, report the stage it was in, and queue its device types that did not start."""
         del self.workers[w.wid]
         w.stop()
@@ -341,7 +343,7 @@ class Runner:
         hit = self.report.abandon(w, status, self._why(w, status))
         rest = [(t, s) for t, s in w.job.types if t not in w.ended and t not in hit]
         if rest:
-            pending.insert(0, Job(rest, w.job.in_process))
+            self.pending.insert(0, Job(rest, w.job.in_process))
 
     def _why(self, w: _Worker, status: str) -> str:
         what = {
