@@ -114,6 +114,7 @@ class Report:
                 row.update(status=status, reason=why, hint=_hint(status, row.get("distribution") or w.plugin, hit))
         else:
             hit = [w.type] if w.type in todo else []
+        hit = hit or todo  # whatever it was doing, the job does not come back
         for ty in hit:
             self._stop_entry(self.entries[ty], w, status, why)
         return set(hit)

@@ -219,7 +219,7 @@ class _Thread(_Worker):
 
     def _main(self, ch: Channel, payload: dict) -> None:
         try:
-            work(payload, ch)
+            work(payload, ch, quiet=False)  # run() silenced fallback warnings for the whole process
         except _Abandoned:
             pass
         except BaseException as e:  # noqa: BLE001 - reported as the stage that was running

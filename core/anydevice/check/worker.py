@@ -73,8 +73,11 @@ def _plugin_hint(rec) -> str:
     return ""
 
 
-def work(job: dict, ch: Channel) -> None:
-    """Run a job: ``{"types": [[type, specs or null], ...], "quick": bool}`` or ``{"aliases": true}``."""
+def work(job: dict, ch: Channel, quiet: bool = True) -> None:
+    """Run a job: ``{"types": [[type, specs or null], ...], "quick": bool}`` or ``{"aliases": true}``.
+
+    ``quiet=False`` leaves fallback warnings to the caller (a thread of a process that silenced them).
+    """
     from ..plugins.manager import PluginRecord, manager
 
     if job.get("aliases"):
@@ -85,7 +88,7 @@ def work(job: dict, ch: Channel) -> None:
         return
     manager.discover()
     loaded: set = set()
-    with quiet_fallbacks():
+    with quiet_fallbacks() if quiet else contextlib.nullcontext():
         for ty, specs in job["types"]:
             rec = manager.by_type.get(ty)
             if isinstance(rec, PluginRecord) and id(rec) not in loaded:
