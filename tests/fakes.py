@@ -5,7 +5,7 @@ import contextlib
 
 import numpy as np
 
-from anydevice import _backend
+from anydevice.runtime import devices as _backend
 from anydevice.backend import API_VERSION, DeviceTypeSpec, Runtime
 from anydevice.plugins import hookimpl
 from anydevice.plugins.manager import manager

@@ -2,7 +2,7 @@
 import pytest
 
 import anydevice as ad
-from anydevice import _backend
+from anydevice.runtime import devices as _backend
 from anydevice.errors import DeviceUnavailableError
 
 from fakes import FakePlugin, HostRuntime, installed

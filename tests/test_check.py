@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 import anydevice as ad
-from anydevice import _backend, check, devices
+from anydevice import check
+from anydevice.runtime import devices
+from anydevice.runtime import devices as _backend
 from anydevice.plugins import hookimpl
 from anydevice.plugins.manager import PluginRecord, manager
 

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 import anydevice as ad
-from anydevice import _backend, dispatch
+from anydevice.engine import dispatch
+from anydevice.runtime import devices as _backend
 from anydevice.backend import KernelTable
 from anydevice.errors import DeviceUnavailableError
 from anydevice.ops.registry import all_ops

@@ -196,9 +196,12 @@ def _to_device(sample_inputs, device, requires_grad=False):
 
 
 def _call(op, tensors, attrs, device):
+    import anydevice as ad
+
+    fn = getattr(ad, op.name)  # the public function, as users call it
     if not op.inputs:
-        return op(**attrs, device=device)
-    return op(*tensors, **attrs)
+        return fn(**attrs, device=device)
+    return fn(*tensors, **attrs)
 
 
 def _buffer_meta(t):

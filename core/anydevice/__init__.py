@@ -11,29 +11,35 @@ from __future__ import annotations
 
 import math as _math
 
-from . import api as _api
-from .api import *  # noqa: F401,F403 - the op functions
-from .autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
-from .backend import API_VERSION
-from .devices import Device, device_guard, get_device, set_device
-from .dtypes import (  # noqa: F401
-    DType, bfloat16, can_cast, complex64, complex128, float16, float32, float64, int8, int16, int32, int64,
-    isdtype, result_type, uint8, uint16, uint32, uint64,
-)
-from .dtypes import bool_ as bool  # noqa: A001 - Array API name
-from .dispatch import FallbackWarning, fallback_counts
-from .errors import (
-    AnyDeviceError, DeviceError, DeviceUnavailableError, FallbackError, OutOfMemoryError, PluginError,
-    UnsupportedError,
-)
-from .tensor import Tensor, install_operators as _install_operators
+import sys as _sys
+
+from anydevice.api import *  # noqa: F401,F403 - the op functions and creation
+from anydevice.base import dtypes as _dt
+from anydevice.base.dtypes import DType, bfloat16, can_cast, complex64, complex128, float16, float32, float64, int8, int16, int32, int64, isdtype, result_type, uint8, uint16, uint32, uint64
+from anydevice.base.dtypes import bool_ as bool  # noqa: A001 - Array API name
+from anydevice.base.errors import AnyDeviceError, DeviceError, DeviceUnavailableError, FallbackError, OutOfMemoryError, PluginError, UnsupportedError
+from anydevice.engine import methods as _methods
+from anydevice.engine.dispatch import FallbackWarning, fallback_counts
+from anydevice.engine.graph import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from anydevice.engine.tensor import Tensor
+from anydevice.runtime.contract import API_VERSION
+from anydevice.runtime.devices import Device, device_guard, get_device, set_device
 
 __version__ = "0.1.0"
 e, pi, inf, nan, newaxis = _math.e, _math.pi, _math.inf, _math.nan, None
 
-_install_operators()
+_methods.install()
 
-_LAZY = {"device", "nn", "optimizer", "utils", "profiler", "distributed", "plugins", "cli", "backend", "dispatch"}
+
+def _array_namespace(self, api_version=None):
+    return _sys.modules[__name__]
+
+
+Tensor.__array_namespace__ = _array_namespace  # this package is the tensors' Array API namespace
+
+_LAZY = {"device", "nn", "optim", "optimizer", "utils", "profiler", "distributed", "plugins", "cli", "backend",
+         "dispatch", "runtime", "engine", "api", "ops", "tools", "check", "bench", "dtypes", "errors", "devices",
+         "_backend"}
 
 
 def __getattr__(name):
@@ -45,7 +51,7 @@ def __getattr__(name):
 
 
 def __array_namespace_info__():
-    from ._info import Info
+    from anydevice.api.info import Info
 
     return Info()
 
@@ -53,10 +59,10 @@ def __array_namespace_info__():
 def finfo(d):
     import numpy as _np
 
-    return _np.finfo(d.dtype.numpy if isinstance(d, Tensor) else _api._dt.dtype(d).numpy)
+    return _np.finfo(d.dtype.numpy if isinstance(d, Tensor) else _dt.dtype(d).numpy)
 
 
 def iinfo(d):
     import numpy as _np
 
-    return _np.iinfo(d.dtype.numpy if isinstance(d, Tensor) else _api._dt.dtype(d).numpy)
+    return _np.iinfo(d.dtype.numpy if isinstance(d, Tensor) else _dt.dtype(d).numpy)

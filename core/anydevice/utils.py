@@ -18,7 +18,7 @@ def run_check(devices=None, quick: bool = False, json: bool = False) -> dict:
     >>> report = anydevice.utils.run_check(quick=True)  # doctest: +SKIP
     anydevice works well on 1 cpu device.
     """
-    from .check import _report
+    from anydevice.tools.check import _report
 
     if devices is not None and not isinstance(devices, (str, list, tuple)):
         raise TypeError(f"run_check(): devices must be a string or a list of strings, not {type(devices).__name__}")

@@ -110,8 +110,8 @@ def _arm(rt, index, kind, after, where):
 
 
 def _locate(device):
-    from anydevice._backend import get_backend
-    from anydevice.devices import as_device
+    from anydevice.runtime.devices import get_backend
+    from anydevice.runtime.devices import as_device
 
     d = as_device(device)
     rt = d._backend.runtime

@@ -52,7 +52,7 @@ def anydevice_environment(device_type):
 
 @hookimpl
 def anydevice_all_reduce(device_type, runtime, buffers, op):
-    from anydevice._backend import get_backend
+    from anydevice.runtime.devices import get_backend
 
     be = get_backend(device_type)
 

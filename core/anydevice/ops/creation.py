@@ -10,14 +10,9 @@ import math
 
 import numpy as np
 
-from .. import dtypes as _dt
-from .registry import define
+from anydevice.base import dtypes as _dt
+from anydevice.ops.registry import define
 
-
-def F():
-    from .. import api
-
-    return api
 
 
 def _scalar_dtype(v):
@@ -106,12 +101,11 @@ def _eye_rule(ds, attrs):
 _eye_rule.category = "all"
 
 
-def _eye(n_rows, n_cols=None, k=0, dtype=None, device=None):
-    f = F()
+def _eye(xp, n_rows, n_cols=None, k=0, dtype=None, device=None):
     n_cols = n_rows if n_cols is None else n_cols
-    r = f.reshape(f.arange(n_rows, device=device), (n_rows, 1))
-    c = f.reshape(f.arange(n_cols, device=device), (1, n_cols))
-    return f.astype(f.equal(r + k, c), _eye_rule([], {"dtype": dtype})[1])
+    r = xp.reshape(xp.arange(n_rows, device=device), (n_rows, 1))
+    c = xp.reshape(xp.arange(n_cols, device=device), (1, n_cols))
+    return xp.astype(xp.equal(r + k, c), _eye_rule([], {"dtype": dtype})[1])
 
 
 def _eye_ref(n_rows, n_cols=None, k=0, dtype=None, device=None):
@@ -142,17 +136,16 @@ def _linspace_rule(ds, attrs):
 _linspace_rule.category = "floating"
 
 
-def _linspace(start, stop, num, dtype=None, device=None, endpoint=True):
-    f = F()
+def _linspace(xp, start, stop, num, dtype=None, device=None, endpoint=True):
     d = _linspace_rule([], {"dtype": dtype})[1]
     div = (num - 1) if endpoint else num
     step = (stop - start) / div if div > 0 else 0.0
     real = {_dt.complex64: _dt.float32, _dt.complex128: _dt.float64}.get(d, d)  # arange is real-valued only
-    i = f.arange(num, dtype=real, device=device)
+    i = xp.arange(num, dtype=real, device=device)
     out = i * step + start
     if endpoint and num > 1:
-        out = f.where(f.equal(i, float(num - 1)), f.full_like(out, stop), out)
-    return out if out.dtype is d else f.astype(out, d)
+        out = xp.where(xp.equal(i, float(num - 1)), xp.full_like(out, stop), out)
+    return out if out.dtype is d else xp.astype(out, d)
 
 
 def _canon_linspace(shapes, attrs):

@@ -9,26 +9,20 @@ import math
 
 import numpy as np
 
-from .. import dtypes as _dt
-from .registry import define, elementwise_shape, same, to_bool, to_real
+from anydevice.base import dtypes as _dt
+from anydevice.ops.registry import define, elementwise_shape, same, to_bool, to_real
 
 
-def F():
-    from .. import api
 
-    return api
-
-
-def unbroadcast(g, shape):
+def unbroadcast(xp, g, shape):
     """Sum ``g`` down to ``shape`` (the VJP of broadcasting)."""
     if g.shape == tuple(shape):
         return g
-    f = F()
     lead = g.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1)
     if axes:
-        g = f.sum(g, axis=axes, keepdims=True)
-    return f.reshape(g, tuple(shape))
+        g = xp.sum(g, axis=axes, keepdims=True)
+    return xp.reshape(g, tuple(shape))
 
 
 def _eshape(name):
@@ -50,81 +44,80 @@ def binary(name, ref, vjp=None, decomp=None, cat="numeric", rule=None, domain=No
     )
 
 
-def _full_like(x, v):
-    return F().full_like(x, v)
+def _full_like(xp, x, v):
+    return xp.full_like(x, v)
 
 
 # --- unary primitives -----------------------------------------------------------------------
-unary("negative", np.negative, vjp=lambda g, i, o: (-g,), doc="-x")
-unary("abs", np.abs, rule=to_real, vjp=lambda g, i, o: (g * F().sign(i[0]),), doc="|x|")
-unary("exp", np.exp, cat="floating", vjp=lambda g, i, o: (g * o,), domain="exp")
-unary("log", np.log, cat="floating", vjp=lambda g, i, o: (g / i[0],), domain="positive")
-unary("sqrt", np.sqrt, cat="floating", vjp=lambda g, i, o: (g / (o * 2.0),), domain="positive")
-unary("sin", np.sin, cat="floating", vjp=lambda g, i, o: (g * F().cos(i[0]),))
-unary("cos", np.cos, cat="floating", vjp=lambda g, i, o: (-g * F().sin(i[0]),))
-unary("floor", np.floor, cat="real", vjp=lambda g, i, o: (F().zeros_like(g),))
-unary("round", np.round, cat="numeric", vjp=lambda g, i, o: (F().zeros_like(g),), doc="round half to even")
+unary("negative", np.negative, vjp=lambda xp, g, i, o: (-g,), doc="-x")
+unary("abs", np.abs, rule=to_real, vjp=lambda xp, g, i, o: (g * xp.sign(i[0]),), doc="|x|")
+unary("exp", np.exp, cat="floating", vjp=lambda xp, g, i, o: (g * o,), domain="exp")
+unary("log", np.log, cat="floating", vjp=lambda xp, g, i, o: (g / i[0],), domain="positive")
+unary("sqrt", np.sqrt, cat="floating", vjp=lambda xp, g, i, o: (g / (o * 2.0),), domain="positive")
+unary("sin", np.sin, cat="floating", vjp=lambda xp, g, i, o: (g * xp.cos(i[0]),))
+unary("cos", np.cos, cat="floating", vjp=lambda xp, g, i, o: (-g * xp.sin(i[0]),))
+unary("floor", np.floor, cat="real", vjp=lambda xp, g, i, o: (xp.zeros_like(g),))
+unary("round", np.round, cat="numeric", vjp=lambda xp, g, i, o: (xp.zeros_like(g),), doc="round half to even")
 unary(
     "erf", np.vectorize(math.erf, otypes=[np.float64]), cat="real_floating",
-    vjp=lambda g, i, o: (g * F().exp(-(i[0] * i[0])) * (2.0 / math.sqrt(math.pi)),),
+    vjp=lambda xp, g, i, o: (g * xp.exp(-(i[0] * i[0])) * (2.0 / math.sqrt(math.pi)),),
     doc="the error function",
 )
 
 # --- unary composites ------------------------------------------------------------------------
-unary("positive", np.positive, vjp=lambda g, i, o: (g,), decomp=lambda x: x)
-unary("square", np.square, vjp=lambda g, i, o: (g * i[0] * 2.0,), decomp=lambda x: F().multiply(x, x))
-unary("ceil", np.ceil, cat="real", vjp=lambda g, i, o: (F().zeros_like(g),),
-      decomp=lambda x: F().negative(F().floor(F().negative(x))) if x.dtype.kind == "float" else x)
-unary("trunc", np.trunc, cat="real", vjp=lambda g, i, o: (F().zeros_like(g),),
-      decomp=lambda x: F().where(F().less(x, 0), F().ceil(x), F().floor(x)) if x.dtype.kind == "float" else x)
-unary("expm1", np.expm1, cat="floating", vjp=lambda g, i, o: (g * (o + 1.0),),
-      decomp=lambda x: F().subtract(F().exp(x), 1.0), domain="exp")
-unary("log1p", np.log1p, cat="floating", vjp=lambda g, i, o: (g / (i[0] + 1.0),),
-      decomp=lambda x: F().log(F().add(x, 1.0)), domain="positive")
-unary("log2", np.log2, cat="floating", vjp=lambda g, i, o: (g / (i[0] * math.log(2.0)),),
-      decomp=lambda x: F().multiply(F().log(x), 1.0 / math.log(2.0)), domain="positive")
-unary("log10", np.log10, cat="floating", vjp=lambda g, i, o: (g / (i[0] * math.log(10.0)),),
-      decomp=lambda x: F().multiply(F().log(x), 1.0 / math.log(10.0)), domain="positive")
-unary("tan", np.tan, cat="floating", vjp=lambda g, i, o: (g * (o * o + 1.0),),
-      decomp=lambda x: F().divide(F().sin(x), F().cos(x)), domain="unit")
-unary("sinh", np.sinh, cat="floating", vjp=lambda g, i, o: (g * F().cosh(i[0]),),
-      decomp=lambda x: (F().exp(x) - F().exp(-x)) * 0.5, domain="exp")
-unary("cosh", np.cosh, cat="floating", vjp=lambda g, i, o: (g * F().sinh(i[0]),),
-      decomp=lambda x: (F().exp(x) + F().exp(-x)) * 0.5, domain="exp")
-unary("tanh", np.tanh, cat="floating", vjp=lambda g, i, o: (g * (1.0 - o * o),),
-      decomp=lambda x: 1.0 - 2.0 / (F().exp(x * 2.0) + 1.0))
-unary("reciprocal", np.reciprocal, cat="floating", vjp=lambda g, i, o: (-g * o * o,),
-      decomp=lambda x: F().divide(1.0, x), domain="nonzero")
-unary("sign", np.sign, vjp=lambda g, i, o: (F().zeros_like(g),),
-      decomp=lambda x: _sign(x))
-unary("isnan", np.isnan, rule=to_bool, diff=False, decomp=lambda x: F().not_equal(x, x))
+unary("positive", np.positive, vjp=lambda xp, g, i, o: (g,), decomp=lambda xp, x: x)
+unary("square", np.square, vjp=lambda xp, g, i, o: (g * i[0] * 2.0,), decomp=lambda xp, x: xp.multiply(x, x))
+unary("ceil", np.ceil, cat="real", vjp=lambda xp, g, i, o: (xp.zeros_like(g),),
+      decomp=lambda xp, x: xp.negative(xp.floor(xp.negative(x))) if x.dtype.kind == "float" else x)
+unary("trunc", np.trunc, cat="real", vjp=lambda xp, g, i, o: (xp.zeros_like(g),),
+      decomp=lambda xp, x: xp.where(xp.less(x, 0), xp.ceil(x), xp.floor(x)) if x.dtype.kind == "float" else x)
+unary("expm1", np.expm1, cat="floating", vjp=lambda xp, g, i, o: (g * (o + 1.0),),
+      decomp=lambda xp, x: xp.subtract(xp.exp(x), 1.0), domain="exp")
+unary("log1p", np.log1p, cat="floating", vjp=lambda xp, g, i, o: (g / (i[0] + 1.0),),
+      decomp=lambda xp, x: xp.log(xp.add(x, 1.0)), domain="positive")
+unary("log2", np.log2, cat="floating", vjp=lambda xp, g, i, o: (g / (i[0] * math.log(2.0)),),
+      decomp=lambda xp, x: xp.multiply(xp.log(x), 1.0 / math.log(2.0)), domain="positive")
+unary("log10", np.log10, cat="floating", vjp=lambda xp, g, i, o: (g / (i[0] * math.log(10.0)),),
+      decomp=lambda xp, x: xp.multiply(xp.log(x), 1.0 / math.log(10.0)), domain="positive")
+unary("tan", np.tan, cat="floating", vjp=lambda xp, g, i, o: (g * (o * o + 1.0),),
+      decomp=lambda xp, x: xp.divide(xp.sin(x), xp.cos(x)), domain="unit")
+unary("sinh", np.sinh, cat="floating", vjp=lambda xp, g, i, o: (g * xp.cosh(i[0]),),
+      decomp=lambda xp, x: (xp.exp(x) - xp.exp(-x)) * 0.5, domain="exp")
+unary("cosh", np.cosh, cat="floating", vjp=lambda xp, g, i, o: (g * xp.sinh(i[0]),),
+      decomp=lambda xp, x: (xp.exp(x) + xp.exp(-x)) * 0.5, domain="exp")
+unary("tanh", np.tanh, cat="floating", vjp=lambda xp, g, i, o: (g * (1.0 - o * o),),
+      decomp=lambda xp, x: 1.0 - 2.0 / (xp.exp(x * 2.0) + 1.0))
+unary("reciprocal", np.reciprocal, cat="floating", vjp=lambda xp, g, i, o: (-g * o * o,),
+      decomp=lambda xp, x: xp.divide(1.0, x), domain="nonzero")
+unary("sign", np.sign, vjp=lambda xp, g, i, o: (xp.zeros_like(g),),
+      decomp=lambda xp, x: _sign(xp, x))
+unary("isnan", np.isnan, rule=to_bool, diff=False, decomp=lambda xp, x: xp.not_equal(x, x))
 unary("isinf", np.isinf, rule=to_bool, diff=False,
-      decomp=lambda x: F().equal(F().abs(x), math.inf) if x.dtype.kind in ("float", "complex") else F().zeros_like(x, dtype=_dt.bool_))
+      decomp=lambda xp, x: xp.equal(xp.abs(x), math.inf) if x.dtype.kind in ("float", "complex") else xp.zeros_like(x, dtype=_dt.bool_))
 unary("isfinite", np.isfinite, rule=to_bool, diff=False,
-      decomp=lambda x: F().logical_not(F().logical_or(F().isnan(x), F().isinf(x))))
-unary("logical_not", np.logical_not, cat="bool", diff=False, decomp=lambda x: F().equal(x, False))
+      decomp=lambda xp, x: xp.logical_not(xp.logical_or(xp.isnan(x), xp.isinf(x))))
+unary("logical_not", np.logical_not, cat="bool", diff=False, decomp=lambda xp, x: xp.equal(x, False))
 unary("bitwise_invert", np.invert, cat="integral_or_bool", diff=False,
-      decomp=lambda x: F().logical_not(x) if x.dtype is _dt.bool_ else F().bitwise_xor(x, F().full_like(x, -1) if x.dtype.kind == "int" else F().full_like(x, (1 << (8 * x.dtype.itemsize)) - 1)))
+      decomp=lambda xp, x: xp.logical_not(x) if x.dtype is _dt.bool_ else xp.bitwise_xor(x, xp.full_like(x, -1) if x.dtype.kind == "int" else xp.full_like(x, (1 << (8 * x.dtype.itemsize)) - 1)))
 
 
-def _sign(x):
-    f = F()
+def _sign(xp, x):
     if x.dtype.kind == "uint":
-        return f.astype(f.greater(x, 0), x.dtype)
+        return xp.astype(xp.greater(x, 0), x.dtype)
     if x.dtype.kind == "complex":  # x / |x| (comparisons are real-only)
-        return f.where(f.equal(x, 0), x, x / f.abs(x))
-    one, zero = f.ones_like(x), f.zeros_like(x)
-    s = f.where(f.greater(x, 0), one, f.where(f.less(x, 0), -one, zero))
+        return xp.where(xp.equal(x, 0), x, x / xp.abs(x))
+    one, zero = xp.ones_like(x), xp.zeros_like(x)
+    s = xp.where(xp.greater(x, 0), one, xp.where(xp.less(x, 0), -one, zero))
     if x.dtype.kind == "float":
-        s = f.where(f.isnan(x), x, s)
+        s = xp.where(xp.isnan(x), x, s)
     return s
 
 
 # --- activations (element-wise) --------------------------------------------------------------
-unary("relu", lambda x: np.maximum(x, 0), cat="real", vjp=lambda g, i, o: (g * F().astype(F().greater(i[0], 0), g.dtype),),
-      decomp=lambda x: F().maximum(x, F().zeros_like(x)))
-unary("sigmoid", lambda x: 1.0 / (1.0 + np.exp(-x)), cat="real_floating", vjp=lambda g, i, o: (g * o * (1.0 - o),),
-      decomp=lambda x: 1.0 / (F().exp(-x) + 1.0))
+unary("relu", lambda x: np.maximum(x, 0), cat="real", vjp=lambda xp, g, i, o: (g * xp.astype(xp.greater(i[0], 0), g.dtype),),
+      decomp=lambda xp, x: xp.maximum(x, xp.zeros_like(x)))
+unary("sigmoid", lambda x: 1.0 / (1.0 + np.exp(-x)), cat="real_floating", vjp=lambda xp, g, i, o: (g * o * (1.0 - o),),
+      decomp=lambda xp, x: 1.0 / (xp.exp(-x) + 1.0))
 
 
 def _gelu_ref(x, approximate="none"):
@@ -134,23 +127,22 @@ def _gelu_ref(x, approximate="none"):
     return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
 
 
-def _gelu(x, approximate="none"):
-    f = F()
+def _gelu(xp, x, approximate="none"):
     if approximate == "tanh":
         inner = (x + x * x * x * 0.044715) * math.sqrt(2.0 / math.pi)
-        return x * 0.5 * (f.tanh(inner) + 1.0)
-    return x * 0.5 * (f.erf(x * (1.0 / math.sqrt(2.0))) + 1.0)
+        return x * 0.5 * (xp.tanh(inner) + 1.0)
+    return x * 0.5 * (xp.erf(x * (1.0 / math.sqrt(2.0))) + 1.0)
 
 
-def _gelu_vjp(g, i, o, approximate="none"):
-    f, x = F(), i[0]
+def _gelu_vjp(xp, g, i, o, approximate="none"):
+    x = i[0]
     if approximate == "tanh":
         k = math.sqrt(2.0 / math.pi)
-        t = f.tanh((x + x * x * x * 0.044715) * k)
+        t = xp.tanh((x + x * x * x * 0.044715) * k)
         d = 0.5 * (t + 1.0) + x * 0.5 * (1.0 - t * t) * k * (x * x * (3 * 0.044715) + 1.0)
         return (g * d,)
-    cdf = (f.erf(x * (1.0 / math.sqrt(2.0))) + 1.0) * 0.5
-    pdf = f.exp(x * x * -0.5) * (1.0 / math.sqrt(2.0 * math.pi))
+    cdf = (xp.erf(x * (1.0 / math.sqrt(2.0))) + 1.0) * 0.5
+    pdf = xp.exp(x * x * -0.5) * (1.0 / math.sqrt(2.0 * math.pi))
     return (g * (cdf + x * pdf),)
 
 
@@ -166,47 +158,44 @@ define("gelu", inputs=("x",), attrs={"approximate": "none"}, dtype_rule=same("re
 
 
 # --- binary primitives -----------------------------------------------------------------------
-def _vjp_add(g, i, o):
-    return unbroadcast(g, i[0].shape), unbroadcast(g, i[1].shape)
+def _vjp_add(xp, g, i, o):
+    return unbroadcast(xp, g, i[0].shape), unbroadcast(xp, g, i[1].shape)
 
 
-def _vjp_mul(g, i, o):
-    return unbroadcast(g * i[1], i[0].shape), unbroadcast(g * i[0], i[1].shape)
+def _vjp_mul(xp, g, i, o):
+    return unbroadcast(xp, g * i[1], i[0].shape), unbroadcast(xp, g * i[0], i[1].shape)
 
 
-def _vjp_div(g, i, o):
-    return unbroadcast(g / i[1], i[0].shape), unbroadcast(-g * o / i[1], i[1].shape)
+def _vjp_div(xp, g, i, o):
+    return unbroadcast(xp, g / i[1], i[0].shape), unbroadcast(xp, -g * o / i[1], i[1].shape)
 
 
-def _vjp_pow(g, i, o):
-    f = F()
+def _vjp_pow(xp, g, i, o):
     x, y = i
-    dx = g * y * f.pow(x, y - 1.0)
-    safe = f.where(f.greater(x, 0), x, f.ones_like(x))
-    dy = g * o * f.where(f.greater(x, 0), f.log(safe), f.zeros_like(x))
-    return unbroadcast(dx, x.shape), unbroadcast(dy, y.shape)
+    dx = g * y * xp.pow(x, y - 1.0)
+    safe = xp.where(xp.greater(x, 0), x, xp.ones_like(x))
+    dy = g * o * xp.where(xp.greater(x, 0), xp.log(safe), xp.zeros_like(x))
+    return unbroadcast(xp, dx, x.shape), unbroadcast(xp, dy, y.shape)
 
 
 def _vjp_select(pick_first):
-    def vjp(g, i, o):
-        f = F()
-        m = f.astype(pick_first(i[0], i[1]), g.dtype)
-        return unbroadcast(g * m, i[0].shape), unbroadcast(g * (1.0 - m), i[1].shape)
+    def vjp(xp, g, i, o):
+        m = xp.astype(pick_first(xp, i[0], i[1]), g.dtype)
+        return unbroadcast(xp, g * m, i[0].shape), unbroadcast(xp, g * (1.0 - m), i[1].shape)
 
     return vjp
 
 
-def _vjp_rem(g, i, o):
-    f = F()
-    return unbroadcast(g, i[0].shape), unbroadcast(-g * f.floor_divide(i[0], i[1]), i[1].shape)
+def _vjp_rem(xp, g, i, o):
+    return unbroadcast(xp, g, i[0].shape), unbroadcast(xp, -g * xp.floor_divide(i[0], i[1]), i[1].shape)
 
 
 binary("add", np.add, vjp=_vjp_add, cat="numeric")
 binary("multiply", np.multiply, vjp=_vjp_mul, cat="numeric")
 binary("divide", np.divide, vjp=_vjp_div, cat="floating", domain="nonzero_divisor")
 binary("pow", np.power, vjp=_vjp_pow, cat="numeric", domain="pow")
-binary("maximum", np.maximum, vjp=_vjp_select(lambda a, b: F().greater_equal(a, b)), cat="real")
-binary("minimum", np.minimum, vjp=_vjp_select(lambda a, b: F().less_equal(a, b)), cat="real")
+binary("maximum", np.maximum, vjp=_vjp_select(lambda xp, a, b: xp.greater_equal(a, b)), cat="real")
+binary("minimum", np.minimum, vjp=_vjp_select(lambda xp, a, b: xp.less_equal(a, b)), cat="real")
 binary("remainder", np.remainder, vjp=_vjp_rem, cat="real", domain="nonzero_divisor")
 binary("floor_divide", np.floor_divide, cat="real", diff=False, domain="nonzero_divisor")
 binary("equal", np.equal, rule=to_bool, cat="all", diff=False)
@@ -218,39 +207,37 @@ binary("bitwise_left_shift", np.left_shift, cat="integral", diff=False, domain="
 binary("bitwise_right_shift", np.right_shift, cat="integral", diff=False, domain="shift")
 
 # --- binary composites -----------------------------------------------------------------------
-binary("subtract", np.subtract, cat="numeric", vjp=lambda g, i, o: (unbroadcast(g, i[0].shape), unbroadcast(-g, i[1].shape)),
-       decomp=lambda a, b: F().add(a, F().negative(b)))
+binary("subtract", np.subtract, cat="numeric", vjp=lambda xp, g, i, o: (unbroadcast(xp, g, i[0].shape), unbroadcast(xp, -g, i[1].shape)),
+       decomp=lambda xp, a, b: xp.add(a, xp.negative(b)))
 binary("not_equal", np.not_equal, rule=to_bool, cat="all", diff=False,
-       decomp=lambda a, b: F().logical_not(F().equal(a, b)))
-binary("greater", np.greater, rule=to_bool, cat="real_or_bool", diff=False, decomp=lambda a, b: F().less(b, a))
+       decomp=lambda xp, a, b: xp.logical_not(xp.equal(a, b)))
+binary("greater", np.greater, rule=to_bool, cat="real_or_bool", diff=False, decomp=lambda xp, a, b: xp.less(b, a))
 binary("less_equal", np.less_equal, rule=to_bool, cat="real_or_bool", diff=False,
-       decomp=lambda a, b: F().logical_or(F().less(a, b), F().equal(a, b)))
+       decomp=lambda xp, a, b: xp.logical_or(xp.less(a, b), xp.equal(a, b)))
 binary("greater_equal", np.greater_equal, rule=to_bool, cat="real_or_bool", diff=False,
-       decomp=lambda a, b: F().logical_or(F().less(b, a), F().equal(a, b)))
-binary("logical_and", np.logical_and, cat="bool", diff=False, decomp=lambda a, b: F().bitwise_and(a, b))
-binary("logical_or", np.logical_or, cat="bool", diff=False, decomp=lambda a, b: F().bitwise_or(a, b))
-binary("logical_xor", np.logical_xor, cat="bool", diff=False, decomp=lambda a, b: F().bitwise_xor(a, b))
-def _hypot(a, b):
+       decomp=lambda xp, a, b: xp.logical_or(xp.less(b, a), xp.equal(a, b)))
+binary("logical_and", np.logical_and, cat="bool", diff=False, decomp=lambda xp, a, b: xp.bitwise_and(a, b))
+binary("logical_or", np.logical_or, cat="bool", diff=False, decomp=lambda xp, a, b: xp.bitwise_or(a, b))
+binary("logical_xor", np.logical_xor, cat="bool", diff=False, decomp=lambda xp, a, b: xp.bitwise_xor(a, b))
+def _hypot(xp, a, b):
     """max·sqrt(1 + (min/max)²): no overflow for large inputs; inf wins over NaN (IEEE 754)."""
-    f = F()
-    ax, ay = f.abs(a), f.abs(b)
-    hi, lo = f.maximum(ax, ay), f.minimum(ax, ay)
-    r = lo / f.where(f.equal(hi, 0.0), f.ones_like(hi), hi)
-    out = hi * f.sqrt(r * r + 1.0)
-    return f.where(f.logical_or(f.isinf(ax), f.isinf(ay)), f.full_like(out, math.inf), out)
+    ax, ay = xp.abs(a), xp.abs(b)
+    hi, lo = xp.maximum(ax, ay), xp.minimum(ax, ay)
+    r = lo / xp.where(xp.equal(hi, 0.0), xp.ones_like(hi), hi)
+    out = hi * xp.sqrt(r * r + 1.0)
+    return xp.where(xp.logical_or(xp.isinf(ax), xp.isinf(ay)), xp.full_like(out, math.inf), out)
 
 
-binary("hypot", np.hypot, cat="real_floating", vjp=lambda g, i, o: (unbroadcast(g * i[0] / o, i[0].shape), unbroadcast(g * i[1] / o, i[1].shape)),
+binary("hypot", np.hypot, cat="real_floating", vjp=lambda xp, g, i, o: (unbroadcast(xp, g * i[0] / o, i[0].shape), unbroadcast(xp, g * i[1] / o, i[1].shape)),
        decomp=_hypot, domain="nonzero")
 binary("logaddexp", np.logaddexp, cat="real_floating",
-       decomp=lambda a, b: _logaddexp(a, b))
+       decomp=lambda xp, a, b: _logaddexp(xp, a, b))
 
 
-def _logaddexp(a, b):
-    f = F()
-    m = f.maximum(a, b)
-    m = f.where(f.isinf(m), f.zeros_like(m), m)
-    return m + f.log(f.exp(a - m) + f.exp(b - m))
+def _logaddexp(xp, a, b):
+    m = xp.maximum(a, b)
+    m = xp.where(xp.isinf(m), xp.zeros_like(m), m)
+    return m + xp.log(xp.exp(a - m) + xp.exp(b - m))
 
 
 # --- where / clip ------------------------------------------------------------------------------
@@ -264,11 +251,10 @@ def _where_rule(ds, attrs):
 _where_rule.category = "all"
 
 
-def _vjp_where(g, i, o):
-    f = F()
+def _vjp_where(xp, g, i, o):
     c, x, y = i
-    z = f.zeros_like(g)
-    return None, unbroadcast(f.where(c, g, z), x.shape), unbroadcast(f.where(c, z, g), y.shape)
+    z = xp.zeros_like(g)
+    return None, unbroadcast(xp, xp.where(c, g, z), x.shape), unbroadcast(xp, xp.where(c, z, g), y.shape)
 
 
 define("where", inputs=("condition", "x1", "x2"), dtype_rule=_where_rule, shape_rule=_eshape("where"),
@@ -292,12 +278,11 @@ def _clip_rule(ds, attrs):
 _clip_rule.category = "real"
 
 
-def _clip(x, min=None, max=None):
-    f = F()
+def _clip(xp, x, min=None, max=None):
     if min is not None:
-        x = f.maximum(x, min if isinstance(min, type(x)) else f.full_like(x, min))
+        x = xp.maximum(x, min if isinstance(min, type(x)) else xp.full_like(x, min))
     if max is not None:
-        x = f.minimum(x, max if isinstance(max, type(x)) else f.full_like(x, max))
+        x = xp.minimum(x, max if isinstance(max, type(x)) else xp.full_like(x, max))
     return x
 
 
@@ -309,15 +294,14 @@ def _clip_ref(x, min=None, max=None):
     return x
 
 
-def _clip_vjp(g, i, o, min=None, max=None):
-    f = F()
+def _clip_vjp(xp, g, i, o, min=None, max=None):
     x = i[0]
-    keep = f.ones_like(x, dtype=_dt.bool_)
+    keep = xp.ones_like(x, dtype=_dt.bool_)
     if min is not None:
-        keep = f.logical_and(keep, f.greater_equal(x, min))
+        keep = xp.logical_and(keep, xp.greater_equal(x, min))
     if max is not None:
-        keep = f.logical_and(keep, f.less_equal(x, max))
-    return (f.where(keep, g, f.zeros_like(g)),)
+        keep = xp.logical_and(keep, xp.less_equal(x, max))
+    return (xp.where(keep, g, xp.zeros_like(g)),)
 
 
 define("clip", inputs=("x",), attrs={"min": None, "max": None}, dtype_rule=_clip_rule, shape_rule=_eshape("clip"),

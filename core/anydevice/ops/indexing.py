@@ -9,14 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import dtypes as _dt
-from .registry import check_index_range, define, normalize_axis, with_indices
+from anydevice.base import dtypes as _dt
+from anydevice.ops.registry import check_index_range, define, normalize_axis, with_indices
 
-
-def F():
-    from .. import api
-
-    return api
 
 
 def _is_canonical(key) -> bool:
@@ -65,9 +60,8 @@ def canonical_key(key, shape) -> tuple:
 
 
 def _is_int_scalar_tensor(k):
-    from ..tensor import Tensor
-
-    return isinstance(k, Tensor) and k.ndim == 0 and k.dtype.kind in ("int", "uint")
+    """A 0-d integer array (any array type with ``ndim`` and an anydevice ``dtype``)."""
+    return getattr(k, "ndim", None) == 0 and getattr(getattr(k, "dtype", None), "kind", None) in ("int", "uint")
 
 
 def to_numpy_key(key) -> tuple:
@@ -99,10 +93,9 @@ def _getitem_ref(x, key):
     return np.array(x[to_numpy_key(key)])
 
 
-def _vjp_getitem(g, i, o, key):
-    f = F()
-    z = f.zeros_like(i[0])
-    return (f.setitem(z, g, key=key),)
+def _vjp_getitem(xp, g, i, o, key):
+    z = xp.zeros_like(i[0])
+    return (xp.setitem(z, g, key=key),)
 
 
 def _canon_key(shapes, attrs):
@@ -127,7 +120,7 @@ _setitem_rule.category = "all"
 def _setitem_shape(shapes, attrs):
     x, v = shapes
     target = key_shape(attrs["key"])
-    from .registry import broadcast_shapes
+    from anydevice.ops.registry import broadcast_shapes
 
     if len(v) > len(target) or broadcast_shapes(v, target, opname="setitem") != target:
         raise ValueError(f"setitem: value of shape {v} cannot be broadcast to the indexed shape {target}")
@@ -140,12 +133,11 @@ def _setitem_ref(x, value, key):
     return y
 
 
-def _vjp_setitem(g, i, o, key):
-    f = F()
-    from .elementwise import unbroadcast
+def _vjp_setitem(xp, g, i, o, key):
+    from anydevice.ops.elementwise import unbroadcast
 
-    gx = f.setitem(g, f.zeros_like(g[to_numpy_key(key)]), key=key)
-    gv = unbroadcast(f.getitem(g, key=key), i[1].shape)
+    gx = xp.setitem(g, xp.zeros_like(g[to_numpy_key(key)]), key=key)
+    gv = unbroadcast(xp, xp.getitem(g, key=key), i[1].shape)
     return gx, gv
 
 
@@ -183,48 +175,27 @@ def _take_ref(x, indices, axis):
     return np.take(x, indices, axis=axis)
 
 
-def _vjp_take(g, i, o, axis):
-    f = F()
+def _vjp_take(xp, g, i, o, axis):
     x, idx = i
     n = x.shape[axis]
     # one-hot (len(idx) x n) contracted with g along axis: device-agnostic scatter-add
-    onehot = f.astype(f.equal(f.expand_dims(f.remainder(idx, n) if idx.dtype.kind == "int" else idx, axis=1),
-                              f.expand_dims(f.arange(n, dtype=idx.dtype, device=idx.device), axis=0)), g.dtype)
+    onehot = xp.astype(xp.equal(xp.expand_dims(xp.remainder(idx, n) if idx.dtype.kind == "int" else idx, axis=1),
+                              xp.expand_dims(xp.arange(n, dtype=idx.dtype, device=idx.device), axis=0)), g.dtype)
     perm = tuple(k for k in range(g.ndim) if k != axis) + (axis,)
-    gx = f.matmul(f.permute_dims(g, perm), onehot)
+    gx = xp.matmul(xp.permute_dims(g, perm), onehot)
     inv = [0] * g.ndim
     for k, p in enumerate(perm):
         inv[p] = k
-    return f.permute_dims(gx, tuple(inv)), None
+    return xp.permute_dims(gx, tuple(inv)), None
 
 
-def _check_take(inputs, attrs):
+def _check_take(xp, inputs, attrs):
     """Out-of-range indices are an IndexError on every backend (checked on the device, then read back)."""
     x, idx = inputs
     n = x.shape[attrs["axis"]]
-    check_index_range("take", "index", idx, -n, n, f"for axis {attrs['axis']} with size {n}")
+    check_index_range(xp, "take", "index", idx, -n, n, f"for axis {attrs['axis']} with size {n}")
 
 
 define("take", inputs=("x", "indices"), attrs={"axis": None}, dtype_rule=_take_rule, canon=_canon_take, check=_check_take,
        shape_rule=_take_shape, reference=_take_ref, vjp=_vjp_take, category="indexing", domain="take",
        doc="gather along one axis; negative indices count from the end")
-
-
-# --- Tensor.__getitem__ / __setitem__ -------------------------------------------------------------
-def getitem(x, key):
-    from ..tensor import Tensor
-
-    if isinstance(key, Tensor) and key.ndim == 1 and key.dtype.kind in ("int", "uint"):
-        return F().take(x, key, axis=0)
-    if isinstance(key, Tensor) and key.dtype is _dt.bool_:
-        raise IndexError("boolean mask indexing is not supported (data-dependent shape); use where()")
-    return F().getitem(x, key=canonical_key(key, x.shape))
-
-
-def setitem(x, key, value):
-    from ..tensor import Tensor
-
-    k = canonical_key(key, x.shape)
-    if not isinstance(value, Tensor) and type(value) not in (bool, int, float, complex):
-        value = F().asarray(value, dtype=x.dtype, device=x.device)
-    return F().setitem(x, value, key=k)

@@ -6,15 +6,10 @@ import math
 
 import numpy as np
 
-from .. import dtypes as _dt
-from .registry import broadcast_shapes, define, normalize_axes, normalize_axis, same
-from .statistical import reduced_shape
+from anydevice.base import dtypes as _dt
+from anydevice.ops.registry import broadcast_shapes, define, normalize_axes, normalize_axis, same
+from anydevice.ops.statistical import reduced_shape
 
-
-def F():
-    from .. import api
-
-    return api
 
 
 def _same(cat="all"):
@@ -56,7 +51,7 @@ def _canon_reshape(shapes, attrs):
 
 define("reshape", inputs=("x",), attrs={"shape": (), "copy": None}, dtype_rule=_same(), canon=_canon_reshape,
        shape_rule=lambda s, a: a["shape"], reference=lambda x, shape, copy=None: np.reshape(x, shape),
-       vjp=lambda g, i, o, shape, copy=None: (F().reshape(g, i[0].shape),), category="manipulation")
+       vjp=lambda xp, g, i, o, shape, copy=None: (xp.reshape(g, i[0].shape),), category="manipulation")
 
 
 # --- permute_dims -------------------------------------------------------------------------------
@@ -68,11 +63,11 @@ def _canon_perm(shapes, attrs):
     return {"axes": tuple(a % nd for a in axes)}
 
 
-def _vjp_perm(g, i, o, axes):
+def _vjp_perm(xp, g, i, o, axes):
     inv = [0] * len(axes)
     for k, a in enumerate(axes):
         inv[a] = k
-    return (F().permute_dims(g, tuple(inv)),)
+    return (xp.permute_dims(g, tuple(inv)),)
 
 
 define("permute_dims", inputs=("x",), attrs={"axes": ()}, dtype_rule=_same(), canon=_canon_perm,
@@ -89,10 +84,10 @@ def _canon_bcast(shapes, attrs):
     return {"shape": shape}
 
 
-def _vjp_bcast(g, i, o, shape):
-    from .elementwise import unbroadcast
+def _vjp_bcast(xp, g, i, o, shape):
+    from anydevice.ops.elementwise import unbroadcast
 
-    return (unbroadcast(g, i[0].shape),)
+    return (unbroadcast(xp, g, i[0].shape),)
 
 
 define("broadcast_to", inputs=("x",), attrs={"shape": ()}, dtype_rule=_same(), canon=_canon_bcast,
@@ -132,14 +127,13 @@ def _concat_ref(arrays, axis):
     return np.concatenate(arrays, axis=axis)
 
 
-def _vjp_concat(g, i, o, axis):
-    f = F()
+def _vjp_concat(xp, g, i, o, axis):
     if axis is None:
-        g = f.reshape(g, (-1,))
+        g = xp.reshape(g, (-1,))
         grads, start = [], 0
         for x in i:
             n = x.size
-            grads.append(f.reshape(g[start:start + n], x.shape))
+            grads.append(xp.reshape(g[start:start + n], x.shape))
             start += n
         return tuple(grads)
     grads, start = [], 0
@@ -155,14 +149,13 @@ define("concat", inputs=("*arrays",), attrs={"axis": 0}, dtype_rule=same(), cano
        shape_rule=_concat_shape, reference=_concat_ref, vjp=_vjp_concat, category="manipulation")
 
 
-def _stack(arrays, axis=0):
-    f = F()
+def _stack(xp, arrays, axis=0):
     nd = arrays[0].ndim + 1
     axis = normalize_axis(axis, nd, "stack")
     for a in arrays[1:]:
         if a.shape != arrays[0].shape:
             raise ValueError(f"stack(): all arrays must have one shape, got {arrays[0].shape} and {a.shape}")
-    return f.concat([f.expand_dims(a, axis=axis) for a in arrays], axis=axis)
+    return xp.concat([xp.expand_dims(a, axis=axis) for a in arrays], axis=axis)
 
 
 def _stack_shape(shapes, attrs):
@@ -194,7 +187,7 @@ def _canon_squeeze(shapes, attrs):
 define("squeeze", inputs=("x",), attrs={"axis": None}, dtype_rule=_same(), canon=_canon_squeeze,
        shape_rule=lambda s, a: reduced_shape(s[0], a["axis"], False),
        reference=lambda x, axis: np.squeeze(x, axis=axis),
-       decomposition=lambda x, axis: F().reshape(x, reduced_shape(x.shape, normalize_axes(axis, x.ndim, "squeeze"), False)),
+       decomposition=lambda xp, x, axis: xp.reshape(x, reduced_shape(x.shape, normalize_axes(axis, x.ndim, "squeeze"), False)),
        category="manipulation")
 
 
@@ -211,11 +204,11 @@ def _expand_shape(shapes, attrs):
 
 define("expand_dims", inputs=("x",), attrs={"axis": 0}, dtype_rule=_same(), canon=_canon_expand,
        shape_rule=_expand_shape, reference=lambda x, axis: np.expand_dims(x, axis),
-       decomposition=lambda x, axis: F().reshape(x, _expand_shape([x.shape], {"axis": normalize_axis(axis, x.ndim + 1, "expand_dims")})),
+       decomposition=lambda xp, x, axis: xp.reshape(x, _expand_shape([x.shape], {"axis": normalize_axis(axis, x.ndim + 1, "expand_dims")})),
        category="manipulation")
 
 
-def _flip(x, axis=None):
+def _flip(xp, x, axis=None):
     axes = normalize_axes(axis, x.ndim, "flip")
     return x[tuple(slice(None, None, -1) if k in axes else slice(None) for k in range(x.ndim))] if x.ndim else x
 
@@ -235,7 +228,7 @@ def _mt_shape(shapes, attrs):
 
 define("matrix_transpose", inputs=("x",), dtype_rule=_same(), shape_rule=_mt_shape,
        reference=lambda x: np.swapaxes(x, -1, -2),
-       decomposition=lambda x: F().permute_dims(x, tuple(range(x.ndim - 2)) + (x.ndim - 1, x.ndim - 2)),
+       decomposition=lambda xp, x: xp.permute_dims(x, tuple(range(x.ndim - 2)) + (x.ndim - 1, x.ndim - 2)),
        category="linalg")
 
 
@@ -260,8 +253,8 @@ def _astype_ref(x, dtype, copy=True):
         return x.astype(d.numpy)
 
 
-def _vjp_astype(g, i, o, dtype, copy=True):
-    return (F().astype(g, i[0].dtype) if i[0].dtype.kind in ("float", "complex") else None,)
+def _vjp_astype(xp, g, i, o, dtype, copy=True):
+    return (xp.astype(g, i[0].dtype) if i[0].dtype.kind in ("float", "complex") else None,)
 
 
 def _canon_astype(shapes, attrs):

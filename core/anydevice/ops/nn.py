@@ -4,25 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import check_index_range, define, normalize_axis, same, with_indices
+from anydevice.ops.registry import check_index_range, define, normalize_axis, same, with_indices
 
-
-def F():
-    from .. import api
-
-    return api
 
 
 def _canon_axis(name):
     return lambda shapes, attrs: {**attrs, "axis": normalize_axis(attrs["axis"], max(len(shapes[0]), 1), name) if shapes[0] else 0}
 
 
-def _softmax(x, axis=-1):
-    f = F()
+def _softmax(xp, x, axis=-1):
     if x.ndim == 0:
-        return f.ones_like(x)
-    e = f.exp(x - f.max(x, axis=axis, keepdims=True))
-    return e / f.sum(e, axis=axis, keepdims=True)
+        return xp.ones_like(x)
+    e = xp.exp(x - xp.max(x, axis=axis, keepdims=True))
+    return e / xp.sum(e, axis=axis, keepdims=True)
 
 
 def _softmax_ref(x, axis=-1):
@@ -32,20 +26,18 @@ def _softmax_ref(x, axis=-1):
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
-def _softmax_vjp(g, i, o, axis=-1):
-    f = F()
+def _softmax_vjp(xp, g, i, o, axis=-1):
     if o.ndim == 0:
-        return (f.zeros_like(g),)
-    return (o * (g - f.sum(g * o, axis=axis, keepdims=True)),)
+        return (xp.zeros_like(g),)
+    return (o * (g - xp.sum(g * o, axis=axis, keepdims=True)),)
 
 
-def _log_softmax(x, axis=-1):
-    f = F()
+def _log_softmax(xp, x, axis=-1):
     if x.ndim == 0:
-        return f.zeros_like(x)
-    m = f.max(x, axis=axis, keepdims=True)
+        return xp.zeros_like(x)
+    m = xp.max(x, axis=axis, keepdims=True)
     s = x - m
-    return s - f.log(f.sum(f.exp(s), axis=axis, keepdims=True))
+    return s - xp.log(xp.sum(xp.exp(s), axis=axis, keepdims=True))
 
 
 def _log_softmax_ref(x, axis=-1):
@@ -55,11 +47,10 @@ def _log_softmax_ref(x, axis=-1):
     return x - m - np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True))
 
 
-def _log_softmax_vjp(g, i, o, axis=-1):
-    f = F()
+def _log_softmax_vjp(xp, g, i, o, axis=-1):
     if o.ndim == 0:
-        return (f.zeros_like(g),)
-    return (g - f.exp(o) * f.sum(g, axis=axis, keepdims=True),)
+        return (xp.zeros_like(g),)
+    return (g - xp.exp(o) * xp.sum(g, axis=axis, keepdims=True),)
 
 
 _TOL = {"float32": (1e-5, 1e-5), "float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2)}  # half: sums accumulate in the dtype
@@ -87,18 +78,16 @@ def _ce_shape(shapes, attrs):
     return tuple(labels) if red == "none" else ()
 
 
-def _onehot(labels, n, dtype):
-    f = F()
-    classes = f.arange(n, dtype=labels.dtype, device=labels.device)
-    return f.astype(f.equal(f.expand_dims(labels, axis=-1), classes), dtype)
+def _onehot(xp, labels, n, dtype):
+    classes = xp.arange(n, dtype=labels.dtype, device=labels.device)
+    return xp.astype(xp.equal(xp.expand_dims(labels, axis=-1), classes), dtype)
 
 
-def _cross_entropy(logits, labels, reduction="mean"):
-    f = F()
-    nll = -f.sum(f.log_softmax(logits, axis=-1) * _onehot(labels, logits.shape[-1], logits.dtype), axis=-1)
+def _cross_entropy(xp, logits, labels, reduction="mean"):
+    nll = -xp.sum(xp.log_softmax(logits, axis=-1) * _onehot(xp, labels, logits.shape[-1], logits.dtype), axis=-1)
     if reduction == "none":
         return nll
-    return f.sum(nll) if reduction == "sum" else f.mean(nll)
+    return xp.sum(nll) if reduction == "sum" else xp.mean(nll)
 
 
 def _ce_ref(logits, labels, reduction="mean"):
@@ -110,21 +99,20 @@ def _ce_ref(logits, labels, reduction="mean"):
     return nll if reduction == "none" else (nll.sum() if reduction == "sum" else nll.mean())
 
 
-def _ce_vjp(g, i, o, reduction="mean"):
-    f = F()
+def _ce_vjp(xp, g, i, o, reduction="mean"):
     logits, labels = i
-    p = f.softmax(logits, axis=-1) - _onehot(labels, logits.shape[-1], logits.dtype)
+    p = xp.softmax(logits, axis=-1) - _onehot(xp, labels, logits.shape[-1], logits.dtype)
     if reduction == "none":
-        return p * f.expand_dims(g, axis=-1), None
+        return p * xp.expand_dims(g, axis=-1), None
     scale = g if reduction == "sum" else g / float(max(labels.size, 1))
     return p * scale, None
 
 
-def _check_labels(inputs, attrs):
+def _check_labels(xp, inputs, attrs):
     """Out-of-range labels are an IndexError on every backend (checked on the device, then read back)."""
     logits, labels = inputs
     n = logits.shape[-1]
-    check_index_range("cross_entropy", "label", labels, 0, n, f"for {n} classes")
+    check_index_range(xp, "cross_entropy", "label", labels, 0, n, f"for {n} classes")
 
 
 define("cross_entropy", inputs=("logits", "labels"), attrs={"reduction": "mean"}, dtype_rule=_ce_rule, check=_check_labels,
@@ -146,13 +134,12 @@ def _ln_axes(x, w):
     return tuple(range(x.ndim - w.ndim, x.ndim))
 
 
-def _layer_norm(x, weight, bias, eps=1e-5):
-    f = F()
+def _layer_norm(xp, x, weight, bias, eps=1e-5):
     axes = _ln_axes(x, weight)
-    m = f.mean(x, axis=axes, keepdims=True)
+    m = xp.mean(x, axis=axes, keepdims=True)
     d = x - m
-    v = f.mean(d * d, axis=axes, keepdims=True)
-    return d / f.sqrt(v + eps) * weight + bias
+    v = xp.mean(d * d, axis=axes, keepdims=True)
+    return d / xp.sqrt(v + eps) * weight + bias
 
 
 def _ln_ref(x, weight, bias, eps=1e-5):
@@ -175,5 +162,5 @@ def _lin_shape(shapes, attrs):
 
 
 define("linear", inputs=("x", "weight", "bias"), dtype_rule=same("real_floating"), shape_rule=_lin_shape,
-       reference=lambda x, w, b: x @ w.T + b, decomposition=lambda x, w, b: F().matmul(x, F().matrix_transpose(w)) + b,
+       reference=lambda x, w, b: x @ w.T + b, decomposition=lambda xp, x, w, b: xp.matmul(x, xp.matrix_transpose(w)) + b,
        category="nn", tolerance={"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2)}, doc="x @ weight.T + bias, weight of shape (out, in)")

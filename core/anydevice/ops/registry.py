@@ -9,8 +9,8 @@ An :class:`OpDef` holds everything about an op that does not depend on a device:
 - ``shape_rule(shapes, attrs) -> out_shape``: runs without computing anything (meta);
 - ``reference(*ndarrays, **attrs)``: the conformance oracle, written independently of
   every kernel and evaluated in float64 / exact integer arithmetic;
-- ``vjp(g, inputs, out, **attrs) -> grads``: the gradient rule, in terms of other ops;
-- ``decomposition(*inputs, **attrs)``: for composite ops, the same op built from others.
+- ``vjp(xp, g, inputs, out, **attrs) -> grads``: the gradient rule, in terms of other ops;
+- ``decomposition(xp, *inputs, **attrs)``: for composite ops, the same op built from others.
   An op without one is a *primitive*: a backend must implement it natively or it falls
   back to the CPU.
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .. import dtypes as _dt
+from anydevice.base import dtypes as _dt
 
 _OPS: dict[str, "OpDef"] = {}
 
@@ -44,7 +44,7 @@ class OpDef:
         self.dtypes = dtypes or getattr(dtype_rule, "category", "all")
         self.canon = canon  # canon(shapes, attrs) -> attrs: normalizes attributes (axes ...)
         self.flops = flops  # flops(shapes, attrs) -> float, for the profiler's cost model
-        self.check = check  # check(inputs, attrs): value checks that need data (index bounds)
+        self.check = check  # check(xp, inputs, attrs): value checks that need data (index bounds)
         self.differentiable = differentiable
         self.samples = samples
         self.has_device_attr = "device" in self.attrs
@@ -65,16 +65,6 @@ class OpDef:
         kind = "primitive" if self.primitive else "composite"
         return f"<op {self.name} ({kind}, {self.category})>"
 
-    def __call__(self, *args, **kwargs):
-        return _call(self, args, kwargs)
-
-
-def _call(op, args, kwargs):
-    global _call
-    from ..dispatch import call
-
-    _call = call
-    return call(op, args, kwargs)
 
 
 def define(name: str, *, inputs=(), attrs=None, dtype_rule, shape_rule, reference, **kw) -> OpDef:
@@ -97,9 +87,6 @@ def get_op(name: str) -> OpDef:
 
 
 def all_ops() -> list[OpDef]:
-    from . import _load_all
-
-    _load_all()
     return [_OPS[k] for k in sorted(_OPS)]
 
 
@@ -196,13 +183,11 @@ def with_indices(opname: str, what: str, cat: str):
     return rule
 
 
-def check_index_range(opname: str, what: str, idx, low: int, high: int, where: str) -> None:
+def check_index_range(xp, opname: str, what: str, idx, low: int, high: int, where: str) -> None:
     """IndexError unless every value of the tensor ``idx`` is in [low, high) (reduced on the device)."""
     if idx.size == 0:
         return
-    from .. import api
-
-    lo, hi = int(api.min(idx)), int(api.max(idx))
+    lo, hi = int(xp.min(idx)), int(xp.max(idx))
     if lo < low or hi >= high:
         raise IndexError(
             f"{opname}(): {what} {lo if lo < low else hi} is out of range {where} (allowed: {low}..{high - 1})"

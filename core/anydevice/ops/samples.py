@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import dtypes as _dt
-from .registry import _allowed
+from anydevice.base import dtypes as _dt
+from anydevice.ops.registry import _allowed
 
 __all__ = ["Sample", "ErrorSample", "samples", "error_samples", "rng_for", "values"]
 

@@ -3,14 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import dtypes as _dt
-from .registry import define, normalize_axes, normalize_axis
+from anydevice.base import dtypes as _dt
+from anydevice.ops.registry import define, normalize_axes, normalize_axis
 
-
-def F():
-    from .. import api
-
-    return api
 
 
 def _canon_axes(name, empty_ok=True):
@@ -41,7 +36,7 @@ _ACC = {_dt.bool_: _dt.int64, _dt.int8: _dt.int64, _dt.int16: _dt.int64, _dt.int
 
 def _acc_rule(cat, name="sum"):
     def rule(ds, attrs):
-        from .registry import check_category
+        from anydevice.ops.registry import check_category
 
         check_category(name, cat, ds[0])  # the input, not only the accumulation dtype
         d = attrs.get("dtype")
@@ -60,28 +55,27 @@ def _same_rule(cat):
     return rule
 
 
-def expand_to(g, x, axes, keepdims):
+def expand_to(xp, g, x, axes, keepdims):
     """Broadcast a reduced gradient back to ``x``'s shape."""
-    f = F()
     if not keepdims:
-        g = f.reshape(g, reduced_shape(x.shape, axes, True))
-    return f.broadcast_to(g, x.shape)
+        g = xp.reshape(g, reduced_shape(x.shape, axes, True))
+    return xp.broadcast_to(g, x.shape)
 
 
-def _vjp_sum(g, i, o, axis, keepdims, dtype=None):
-    return (expand_to(g, i[0], axis, keepdims),)
+def _vjp_sum(xp, g, i, o, axis, keepdims, dtype=None):
+    return (expand_to(xp, g, i[0], axis, keepdims),)
 
 
-def _vjp_prod(g, i, o, axis, keepdims, dtype=None):
+def _vjp_prod(xp, g, i, o, axis, keepdims, dtype=None):
     x = i[0]
-    return (expand_to(g, x, axis, keepdims) * expand_to(o, x, axis, keepdims) / x,)
+    return (expand_to(xp, g, x, axis, keepdims) * expand_to(xp, o, x, axis, keepdims) / x,)
 
 
-def _vjp_extreme(g, i, o, axis, keepdims):
-    f, x = F(), i[0]
-    mask = f.astype(f.equal(x, expand_to(o, x, axis, keepdims)), g.dtype)
-    count = f.sum(mask, axis=axis, keepdims=True)
-    return (expand_to(g, x, axis, keepdims) * mask / f.broadcast_to(count, x.shape),)
+def _vjp_extreme(xp, g, i, o, axis, keepdims):
+    x = i[0]
+    mask = xp.astype(xp.equal(x, expand_to(xp, o, x, axis, keepdims)), g.dtype)
+    count = xp.sum(mask, axis=axis, keepdims=True)
+    return (expand_to(xp, g, x, axis, keepdims) * mask / xp.broadcast_to(count, x.shape),)
 
 
 def _ref_reduce(fn):
@@ -166,12 +160,12 @@ def _count(shape, axes):
     return n
 
 
-def _mean(x, axis, keepdims):
-    return F().sum(x, axis=axis, keepdims=keepdims) / float(_count(x.shape, axis))
+def _mean(xp, x, axis, keepdims):
+    return xp.sum(x, axis=axis, keepdims=keepdims) / float(_count(x.shape, axis))
 
 
-def _vjp_mean(g, i, o, axis, keepdims):
-    return (expand_to(g, i[0], axis, keepdims) / float(max(_count(i[0].shape, axis), 1)),)
+def _vjp_mean(xp, g, i, o, axis, keepdims):
+    return (expand_to(xp, g, i[0], axis, keepdims) / float(max(_count(i[0].shape, axis), 1)),)
 
 
 _float_rule = _same_rule("floating")
@@ -192,23 +186,22 @@ def _canon_corr(name):
     return canon
 
 
-def _var(x, axis, keepdims, correction=0.0):
-    f = F()
+def _var(xp, x, axis, keepdims, correction=0.0):
     n = _count(x.shape, axis)
-    m = f.mean(x, axis=axis, keepdims=True)
+    m = xp.mean(x, axis=axis, keepdims=True)
     d = x - m
     if x.dtype.kind == "complex":
-        sq = f.real(d * f.conj(d)) if hasattr(f, "conj") else d * d
+        sq = xp.real(d * xp.conj(d)) if hasattr(xp, "conj") else d * d
     else:
         sq = d * d
-    return f.sum(sq, axis=axis, keepdims=keepdims) / float(max(n - correction, 0))
+    return xp.sum(sq, axis=axis, keepdims=keepdims) / float(max(n - correction, 0))
 
 
-def _var_vjp(g, i, o, axis, keepdims, correction=0.0):
-    f, x = F(), i[0]
+def _var_vjp(xp, g, i, o, axis, keepdims, correction=0.0):
+    x = i[0]
     n = _count(x.shape, axis)
-    d = x - f.mean(x, axis=axis, keepdims=True)
-    return (expand_to(g, x, axis, keepdims) * d * (2.0 / max(n - correction, 1e-300)),)
+    d = x - xp.mean(x, axis=axis, keepdims=True)
+    return (expand_to(xp, g, x, axis, keepdims) * d * (2.0 / max(n - correction, 1e-300)),)
 
 
 def _var_ref(x, axis, keepdims, correction=0.0):
@@ -219,9 +212,9 @@ def _std_ref(x, axis, keepdims, correction=0.0):
     return np.std(x, axis=axis, keepdims=keepdims, ddof=correction)
 
 
-def _std_vjp(g, i, o, axis, keepdims, correction=0.0):
-    (dv,) = _var_vjp(g, i, o, axis, keepdims, correction)
-    return (dv / (expand_to(o, i[0], axis, keepdims) * 2.0),)
+def _std_vjp(xp, g, i, o, axis, keepdims, correction=0.0):
+    (dv,) = _var_vjp(xp, g, i, o, axis, keepdims, correction)
+    return (dv / (expand_to(xp, o, i[0], axis, keepdims) * 2.0),)
 
 
 _CORR = {**_AX, "correction": 0.0}
@@ -229,7 +222,7 @@ define("var", inputs=("x",), attrs=dict(_CORR), dtype_rule=_same_rule("real_floa
        reference=_var_ref, vjp=_var_vjp, decomposition=_var, canon=_canon_corr("var"), category="reduction",
        flops=_flops, tolerance={"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2)})
 define("std", inputs=("x",), attrs=dict(_CORR), dtype_rule=_same_rule("real_floating"), shape_rule=_rshape,
-       reference=_std_ref, vjp=_std_vjp, decomposition=lambda x, axis, keepdims, correction=0.0: F().sqrt(F().var(x, axis=axis, keepdims=keepdims, correction=correction)),
+       reference=_std_ref, vjp=_std_vjp, decomposition=lambda xp, x, axis, keepdims, correction=0.0: xp.sqrt(xp.var(x, axis=axis, keepdims=keepdims, correction=correction)),
        canon=_canon_corr("std"), category="reduction", flops=_flops, tolerance={"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2)})
 
 
@@ -240,26 +233,24 @@ def _bool_rule(ds, attrs):
 _bool_rule.category = "all"
 
 
-def _nonzero_count(x, axis, keepdims):
-    f = F()
-    nz = f.not_equal(x, f.zeros_like(x)) if x.dtype is not _dt.bool_ else x
-    return f.sum(f.astype(nz, _dt.int64), axis=axis, keepdims=keepdims)
+def _nonzero_count(xp, x, axis, keepdims):
+    nz = xp.not_equal(x, xp.zeros_like(x)) if x.dtype is not _dt.bool_ else x
+    return xp.sum(xp.astype(nz, _dt.int64), axis=axis, keepdims=keepdims)
 
 
 define("any", inputs=("x",), attrs=dict(_AX), dtype_rule=_bool_rule, shape_rule=_rshape,
        reference=_ref_reduce(np.any), canon=_canon_axes("any"), category="reduction", differentiable=False,
-       decomposition=lambda x, axis, keepdims: F().greater(_nonzero_count(x, axis, keepdims), 0))
+       decomposition=lambda xp, x, axis, keepdims: xp.greater(_nonzero_count(xp, x, axis, keepdims), 0))
 define("all", inputs=("x",), attrs=dict(_AX), dtype_rule=_bool_rule, shape_rule=_rshape,
        reference=_ref_reduce(np.all), canon=_canon_axes("all"), category="reduction", differentiable=False,
-       decomposition=lambda x, axis, keepdims: F().equal(_nonzero_count(x, axis, keepdims), _count(x.shape, axis)))
+       decomposition=lambda xp, x, axis, keepdims: xp.equal(_nonzero_count(xp, x, axis, keepdims), _count(x.shape, axis)))
 
 
-def _logsumexp(x, axis, keepdims):
-    f = F()
-    m = f.max(x, axis=axis, keepdims=True)
-    m = f.where(f.isinf(m), f.zeros_like(m), m)
-    s = f.log(f.sum(f.exp(x - m), axis=axis, keepdims=True)) + m
-    return s if keepdims else f.reshape(s, reduced_shape(x.shape, axis, False))
+def _logsumexp(xp, x, axis, keepdims):
+    m = xp.max(x, axis=axis, keepdims=True)
+    m = xp.where(xp.isinf(m), xp.zeros_like(m), m)
+    s = xp.log(xp.sum(xp.exp(x - m), axis=axis, keepdims=True)) + m
+    return s if keepdims else xp.reshape(s, reduced_shape(x.shape, axis, False))
 
 
 def _lse_ref(x, axis, keepdims):
@@ -268,9 +259,9 @@ def _lse_ref(x, axis, keepdims):
     return r if keepdims else np.squeeze(r, axis=axis)
 
 
-def _lse_vjp(g, i, o, axis, keepdims):
-    f, x = F(), i[0]
-    return (expand_to(g, x, axis, keepdims) * f.exp(x - expand_to(o, x, axis, keepdims)),)
+def _lse_vjp(xp, g, i, o, axis, keepdims):
+    x = i[0]
+    return (expand_to(xp, g, x, axis, keepdims) * xp.exp(x - expand_to(xp, o, x, axis, keepdims)),)
 
 
 define("logsumexp", inputs=("x",), attrs=dict(_AX), dtype_rule=_same_rule("real_floating"), shape_rule=_rshape,

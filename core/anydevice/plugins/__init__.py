@@ -1,15 +1,9 @@
-"""Plugin contract: pluggy hook specifications and entry-point discovery.
+"""Kept for existing imports: the plugin contract now lives in :mod:`anydevice.runtime`.
 
-A backend is a module named by an entry point in group ``anydevice.backends``; the
-entry point's *name* is the device type it provides (one entry point per type, several
-may name the same module). Aliases are entry points in group ``anydevice.aliases``
-(``gpu = "cuda"``). A name two distributions claim is served by neither until
-``ANYDEVICE_PLUGIN_<NAME>=<distribution>`` picks one (see :mod:`.hookspecs`). Mark hook
-implementations with :data:`hookimpl`.
+``from anydevice.plugins import hookimpl`` keeps working (and stays the documented spelling);
+``anydevice.plugins.hookspecs`` and ``anydevice.plugins.manager`` are the modules
+:mod:`anydevice.runtime.hookspecs` and :mod:`anydevice.runtime.plugins`.
 """
-import pluggy
-
-hookspec = pluggy.HookspecMarker("anydevice")
-hookimpl = pluggy.HookimplMarker("anydevice")
+from anydevice.runtime.markers import hookimpl, hookspec
 
 __all__ = ["hookspec", "hookimpl"]

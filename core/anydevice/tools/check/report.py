@@ -6,8 +6,8 @@ one for the run.
 """
 from __future__ import annotations
 
-from .checks import CHECKS, FAILED, PASSED, SKIPPED, TIMED_OUT, UNAVAILABLE, plural
-from .worker import IMPORT, plugin_row
+from anydevice.tools.check.checks import CHECKS, FAILED, PASSED, SKIPPED, TIMED_OUT, UNAVAILABLE, plural
+from anydevice.tools.check.worker import IMPORT, plugin_row
 
 #: At most this many characters of what a plugin printed are kept per plugin and per device type.
 OUTPUT_LIMIT = 4000
@@ -29,7 +29,7 @@ def device_list(devices: list, limit: int = 4) -> str:
 
 class Report:
     def __init__(self, selection: dict, requested: bool, no_fallback: bool, progress=None):
-        from ..plugins.manager import DISCOVERED, PluginRecord, manager
+        from anydevice.runtime.plugins import DISCOVERED, PluginRecord, manager
 
         manager.discover()
         self.no_fallback, self.progress = no_fallback, progress

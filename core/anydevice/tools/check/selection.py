@@ -14,7 +14,7 @@ _SPEC = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?::\s*(\d+)\s*)?$")
 
 def default_types() -> list:
     """Every installed device type, cpu first."""
-    from ..plugins.manager import manager
+    from anydevice.runtime.plugins import manager
 
     manager.discover()
     return sorted(manager.by_type, key=lambda t: (t != "cpu", t))
@@ -49,7 +49,7 @@ def select(devices, aliases) -> tuple[dict, dict]:
 
 
 def _resolve(name: str, aliases) -> tuple[str | None, str]:
-    from ..plugins.manager import manager
+    from anydevice.runtime.plugins import manager
 
     manager.discover()
     if name in manager.by_type:

@@ -132,7 +132,7 @@ def _hint(exc: BaseException, t: Target) -> str:
 
 def _outcome(exc: BaseException, t: Target) -> tuple[str, str, str]:
     """(status, detail, hint) of an exception raised by a check."""
-    from ..errors import UnsupportedError
+    from anydevice.base.errors import UnsupportedError
 
     if isinstance(exc, CheckSkipped):
         return SKIPPED, str(exc), ""
@@ -195,7 +195,7 @@ def _need_float32(dev) -> None:
 
 
 def _stats(dev):
-    from ..errors import UnsupportedError
+    from anydevice.base.errors import UnsupportedError
 
     try:
         return _ad().device.memory_stats(dev)
@@ -204,7 +204,7 @@ def _stats(dev):
 
 
 def fmt_bytes(n) -> str:
-    from ..allocator import fmt_bytes as fmt
+    from anydevice.runtime.allocator import fmt_bytes as fmt
 
     return fmt(n)
 
@@ -371,7 +371,7 @@ def _reference_step(w, b, x, y, lr, betas, eps):
 
 def check_training(t: Target):
     """One step of Linear(8, 4) → MSE → backward → Adam on the first device vs the same step on the host."""
-    from .. import nn, optimizer
+    from anydevice import nn, optim as optimizer
 
     ad = _ad()
     dev = t.first
@@ -463,7 +463,7 @@ def check_all_reduce(t: Target):
     """``all_reduce(op="sum")`` of one tensor per selected device; every device must get the sum."""
     ad = _ad()
     try:
-        from .. import distributed
+        from anydevice import distributed
     except ImportError as e:
         raise CheckSkipped(f"skipped: anydevice.distributed is not available ({e})") from None
     fn = getattr(distributed, "all_reduce", None)
@@ -514,7 +514,7 @@ def skip_reason(t: Target, when: str) -> str | None:
 
 def run_one(name: str, fn, t: Target) -> CheckResult:
     """Run one check, turning every outcome into a :class:`CheckResult` (never raises)."""
-    from .. import dispatch
+    from anydevice.engine import dispatch
 
     fallbacks: set = set()
     devs = {str(d) for d in t.devices}

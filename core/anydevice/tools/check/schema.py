@@ -1,7 +1,7 @@
 """JSON Schema (draft 2020-12) of the ``anydevice check --json`` document; docs/CHECK.md explains each field."""
 from __future__ import annotations
 
-from .checks import CHECKS, FAILED, PASSED, SKIPPED, TIMED_OUT, UNAVAILABLE
+from anydevice.tools.check.checks import CHECKS, FAILED, PASSED, SKIPPED, TIMED_OUT, UNAVAILABLE
 
 SCHEMA_VERSION = 2
 

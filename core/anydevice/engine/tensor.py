@@ -17,9 +17,9 @@ import math
 
 import numpy as np
 
-from . import autograd as _ag
-from . import dispatch as _dispatch
-from . import dtypes as _dt
+from anydevice.engine import graph as _ag
+from anydevice.base import dtypes as _dt
+from anydevice.runtime.devices import as_device
 
 _new = object.__new__
 
@@ -49,16 +49,6 @@ class Tensor:
     def place(self):
         """Paddle-style alias of :attr:`device`."""
         return self.device
-
-    @property
-    def T(self) -> "Tensor":
-        if self.ndim != 2:
-            raise ValueError(f"Tensor.T needs a 2-D tensor, this one is {self.ndim}-D; use permute_dims() or mT")
-        return _api().permute_dims(self, (1, 0))
-
-    @property
-    def mT(self) -> "Tensor":
-        return _api().matrix_transpose(self)
 
     # --- autograd ---------------------------------------------------------------------
     @property
@@ -110,9 +100,6 @@ class Tensor:
         if self._node is None:
             raise RuntimeError("retain_grad() on a tensor that does not require grad")
         self._node.retain = True
-
-    def backward(self, grad=None) -> None:
-        _ag.backward(self, grad)
 
     def detach(self) -> "Tensor":
         return _detached(self)
@@ -185,10 +172,6 @@ class Tensor:
     def __hash__(self):
         return id(self)
 
-    def __array_namespace__(self, api_version=None):
-        import anydevice
-
-        return anydevice
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         be = self.device._backend
@@ -208,61 +191,6 @@ class Tensor:
             return fn(self._buf)
         return (1, 0)
 
-    # --- conversion ---------------------------------------------------------------------
-    def to(self, device=None, dtype=None, non_blocking: bool = False) -> "Tensor":
-        """Copy to another device and/or dtype (returns ``self`` when nothing changes).
-
-        ``non_blocking=True`` queues a host-to-device copy instead of waiting for it."""
-        from .devices import as_device
-
-        if isinstance(device, (_dt.DType,)) and dtype is None:
-            device, dtype = None, device
-        t = self
-        if dtype is not None:
-            t = _api().astype(t, _dt.dtype(dtype))
-        if device is not None:
-            dev = as_device(device)
-            if dev is not t.device:
-                t = _api().to_device(t, dev, non_blocking)
-        return t
-
-    to_device = to
-
-    def cpu(self) -> "Tensor":
-        return self.to("cpu")
-
-    def astype(self, dtype, copy: bool = True) -> "Tensor":
-        return _api().astype(self, _dt.dtype(dtype), copy=copy)
-
-    def reshape(self, *shape) -> "Tensor":
-        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-            shape = tuple(shape[0])
-        return _api().reshape(self, shape)
-
-    def sum(self, axis=None, keepdims=False):
-        return _api().sum(self, axis=axis, keepdims=keepdims)
-
-    def mean(self, axis=None, keepdims=False):
-        return _api().mean(self, axis=axis, keepdims=keepdims)
-
-    def max(self, axis=None, keepdims=False):
-        return _api().max(self, axis=axis, keepdims=keepdims)
-
-    def min(self, axis=None, keepdims=False):
-        return _api().min(self, axis=axis, keepdims=keepdims)
-
-    # --- indexing -----------------------------------------------------------------------
-    def __getitem__(self, key):
-        from .ops import indexing
-
-        return indexing.getitem(self, key)
-
-    def __setitem__(self, key, value) -> None:
-        from .ops import indexing
-
-        result = indexing.setitem(self, key, value)
-        self._rebind(result)
-
     def _rebind(self, result: "Tensor") -> None:
         if result.dtype is not self.dtype or result.shape != self.shape:
             raise TypeError(
@@ -279,11 +207,6 @@ class Tensor:
             self._node = result._node
 
 
-def _api():
-    from . import api
-
-    return api
-
 
 def _wrap(buf, shape, dtype, device, node=None) -> Tensor:
     t = _new(Tensor)
@@ -297,119 +220,29 @@ def _detached(x):
     return _wrap(x._buf, x.shape, x.dtype, x.device)
 
 
-_dispatch._late(Tensor, _wrap, _detached)
+
+class _ToDevice:
+    """Autograd rule of a device copy: the gradient goes back to the source device."""
+
+    name = "to_device"
+
+    @staticmethod
+    def vjp(xp, g, inputs, out, src=None):
+        return (to_device(g, src),)
 
 
-# --- operators --------------------------------------------------------------------------------
-_SCALARS = (int, float, bool, complex)
-_scalar_bufs: dict = {}
+def to_device(x: Tensor, device, non_blocking: bool = False) -> Tensor:
+    """Copy ``x`` to ``device`` (returns ``x`` if it is already there).
 
-
-def _scalar_buf(t: "Tensor", v):
-    """A cached 0-d buffer holding ``v`` in ``t``'s dtype on ``t``'s device (None: not allowed)."""
-    key = (t.device._ctx, t.dtype, type(v), v)
-    buf = _scalar_bufs.get(key)
-    if buf is None:
-        if not _dt.scalar_dtype_ok(v, t.dtype) or v != v or (v == 0 and type(v) is float):
-            return None  # invalid here (the slow path explains), NaN, or a signed zero: not cached
-        try:
-            arr = np.asarray(v, dtype=t.dtype.numpy)
-        except OverflowError:
-            return None
-        if len(_scalar_bufs) > 512:
-            _scalar_bufs.clear()
-        buf = _scalar_bufs[key] = t.device._backend.from_host(t.device.index, arr, t.dtype)
-    return buf
-
-
-def _binop(opname: str, reflected: bool = False):
-    from .ops.registry import get_op
-
-    op = get_op(opname)
-    fast = op.fast
-    apply = _dispatch.apply
-    observers = _dispatch._observers
-
-    def fwd(self, other):
-        t_other = type(other)
-        if t_other is Tensor:
-            plan = fast.get((self.device._ctx, self.dtype))
-            if (plan is not None and other.dtype is self.dtype and other.device is self.device
-                    and self.shape == other.shape and not observers
-                    and (self._node is None and other._node is None or not _ag.is_grad_enabled())):
-                t = _new(Tensor)
-                t._buf = plan[0](self.device._ctx, self._buf, other._buf)
-                t.shape, t.dtype, t.device, t._node = self.shape, plan[1], self.device, None
-                return t
-        elif t_other in _SCALARS:
-            plan = fast.get((self.device._ctx, self.dtype))
-            if plan is not None and not observers and (self._node is None or not _ag.is_grad_enabled()):
-                buf = _scalar_buf(self, other)
-                if buf is not None:
-                    t = _new(Tensor)
-                    t._buf = plan[0](self.device._ctx, self._buf, buf)
-                    t.shape, t.dtype, t.device, t._node = self.shape, plan[1], self.device, None
-                    return t
-        elif not isinstance(other, Tensor):
-            return NotImplemented
-        return apply(op, [self, other], {})
-
-    def rev(self, other):
-        if type(other) in _SCALARS:
-            plan = fast.get((self.device._ctx, self.dtype))
-            if plan is not None and not observers and (self._node is None or not _ag.is_grad_enabled()):
-                buf = _scalar_buf(self, other)
-                if buf is not None:
-                    t = _new(Tensor)
-                    t._buf = plan[0](self.device._ctx, buf, self._buf)
-                    t.shape, t.dtype, t.device, t._node = self.shape, plan[1], self.device, None
-                    return t
-        elif not isinstance(other, Tensor):
-            return NotImplemented
-        return apply(op, [other, self], {})
-
-    return rev if reflected else fwd
-
-
-def _inplace(opname: str):
-    fwd = _binop(opname)
-
-    def inplace(self, other):
-        result = fwd(self, other)
-        if result is NotImplemented:
-            return NotImplemented
-        self._rebind(result)
-        return self
-
-    return inplace
-
-
-def _unop(opname: str):
-    from .ops.registry import get_op
-
-    op = get_op(opname)
-
-    def f(self):
-        return _dispatch.apply(op, [self], {})
-
-    return f
-
-
-_BINARY = {
-    "add": "add", "sub": "subtract", "mul": "multiply", "truediv": "divide", "floordiv": "floor_divide",
-    "mod": "remainder", "pow": "pow", "matmul": "matmul", "and": "bitwise_and", "or": "bitwise_or",
-    "xor": "bitwise_xor", "lshift": "bitwise_left_shift", "rshift": "bitwise_right_shift",
-}
-_COMPARE = {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal", "gt": "greater", "ge": "greater_equal"}
-_UNARY = {"neg": "negative", "pos": "positive", "abs": "abs", "invert": "bitwise_invert"}
-
-
-def install_operators() -> None:
-    for dunder, name in _BINARY.items():
-        setattr(Tensor, f"__{dunder}__", _binop(name))
-        setattr(Tensor, f"__r{dunder}__", _binop(name, reflected=True))
-        setattr(Tensor, f"__i{dunder}__", _inplace(name))
-    for dunder, name in _COMPARE.items():
-        setattr(Tensor, f"__{dunder}__", _binop(name))
-    for dunder, name in _UNARY.items():
-        setattr(Tensor, f"__{dunder}__", _unop(name))
+    ``non_blocking=True`` lets a host-to-device copy be queued on the destination's current
+    stream (when its runtime can); results are the same, only the host may return sooner.
+    """
+    dev = as_device(device)
+    if dev is x.device:
+        return x
+    src = x.device
+    buf = src._backend.copy_to(x._buf, src.index, dev._backend, dev.index, x.shape, x.dtype, non_blocking)
+    out = _wrap(buf, x.shape, x.dtype, dev)
+    if x._node is not None and _ag.is_grad_enabled():
+        out._node = _ag.Node(_ToDevice, {"src": src}, (None,), None, (x._node,), (x.dtype,))
+    return out

@@ -41,7 +41,7 @@ def environment() -> dict:
 
     import anydevice
 
-    from ..backend import API_VERSION, SUPPORTED_API_VERSIONS
+    from anydevice.runtime.contract import API_VERSION, SUPPORTED_API_VERSIONS
 
     try:
         pluggy_v = version("pluggy")

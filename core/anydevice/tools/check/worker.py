@@ -15,7 +15,7 @@ import os
 import sys
 import warnings
 
-from .checks import CHECKS, SKIPPED, UNAVAILABLE, CheckResult, Target, describe, jsonable, run_one, skip_reason
+from anydevice.tools.check.checks import CHECKS, SKIPPED, UNAVAILABLE, CheckResult, Target, describe, jsonable, run_one, skip_reason
 
 IMPORT, ENVIRONMENT, RUNTIME = "import", "environment", "runtime"
 
@@ -43,7 +43,7 @@ class Channel:
 @contextlib.contextmanager
 def quiet_fallbacks():
     """Fallbacks are reported per check; silence their warnings and the 'error' mode meanwhile."""
-    from .. import dispatch
+    from anydevice.engine import dispatch
 
     old = dispatch.set_fallback_mode("silent")
     try:
@@ -62,7 +62,7 @@ def plugin_row(rec) -> dict:
 
 
 def _plugin_hint(rec) -> str:
-    from ..backend import SUPPORTED_API_VERSIONS
+    from anydevice.runtime.contract import SUPPORTED_API_VERSIONS
 
     if rec.status == "failed":
         who = rec.distribution or rec.module_path or rec.name
@@ -78,7 +78,7 @@ def work(job: dict, ch: Channel, quiet: bool = True) -> None:
 
     ``quiet=False`` leaves fallback warnings to the caller (a thread of a process that silenced them).
     """
-    from ..plugins.manager import PluginRecord, manager
+    from anydevice.runtime.plugins import PluginRecord, manager
 
     if job.get("aliases"):
         ch.start(IMPORT)
@@ -107,7 +107,7 @@ def work(job: dict, ch: Channel, quiet: bool = True) -> None:
 
 
 def _environment_of(rec, device_type: str) -> dict:
-    from ..plugins.manager import LOADED, manager
+    from anydevice.runtime.plugins import LOADED, manager
 
     if rec is None or rec.status != LOADED:
         return {}
@@ -123,8 +123,8 @@ def _environment_of(rec, device_type: str) -> dict:
 
 
 def _check_type(ty: str, specs, quick: bool, rec, ch: Channel) -> None:
-    from .. import _backend
-    from ..errors import DeviceUnavailableError
+    from anydevice.runtime import devices as _backend
+    from anydevice.base.errors import DeviceUnavailableError
 
     ch.start(ENVIRONMENT, ty)
     ch.send({"ev": "env", "type": ty, "facts": _environment_of(rec, ty)})
@@ -151,7 +151,7 @@ def _check_type(ty: str, specs, quick: bool, rec, ch: Channel) -> None:
 
 def _pick(ty: str, be, specs, ch: Channel) -> list:
     """The selected devices; ``specs`` is None (all) or ``[[spec, index], ...]``. Bad indices are reported."""
-    from ..devices import as_device
+    from anydevice.runtime.devices import as_device
 
     if specs is None:
         return list(be.devices)
@@ -176,7 +176,7 @@ def _run_checks(t: Target, ch: Channel) -> None:
 
 
 def serve() -> int:
-    """Entry point of a worker process: ``python -m anydevice.check --worker``.
+    """Entry point of a worker process: ``python -m anydevice.tools.check --worker``.
 
     Jobs arrive one JSON line each on stdin, events leave on stdout, and stderr is a capture
     file. Both channels move to private descriptors first; fd 0 then reads nothing and fd 1

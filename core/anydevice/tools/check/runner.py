@@ -1,7 +1,7 @@
 """The parent side of ``anydevice check``: workers in parallel, each stage under a deadline.
 
 Device types are grouped by plugin; each group is a job. Jobs go to worker processes
-(``python -m anydevice.check --worker``, see :mod:`.worker`), at most :func:`parallel_workers`
+(``python -m anydevice.tools.check --worker``, see :mod:`.worker`), at most :func:`parallel_workers`
 busy at once; a worker that finished a job takes the next one, so a run starts only a few
 interpreters. Plugins registered in this process (tests, bring-up) exist only here, so their
 job runs in a thread instead. The parent never imports a plugin module.
@@ -25,8 +25,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from .checks import FAILED, TIMED_OUT, describe
-from .worker import IMPORT, Channel, work
+from anydevice.tools.check.checks import FAILED, TIMED_OUT, describe
+from anydevice.tools.check.worker import IMPORT, Channel, work
 
 DEFAULT_TIMEOUT = 20.0
 STARTUP = "startup"
@@ -115,7 +115,7 @@ class _Process(_Worker):
     def start(self, events: queue.Queue) -> None:
         fd, self.path = tempfile.mkstemp(prefix="anydevice-check-", suffix=".log")
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "anydevice.check", "--worker"],
+            self.proc = subprocess.Popen([sys.executable, "-m", "anydevice.tools.check", "--worker"],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=fd,
                                          env=_child_env(), start_new_session=_POSIX, text=True)
         finally:

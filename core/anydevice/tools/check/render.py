@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from .checks import FAILED, PASSED, SKIPPED, TIMED_OUT, UNAVAILABLE
+from anydevice.tools.check.checks import FAILED, PASSED, SKIPPED, TIMED_OUT, UNAVAILABLE
 
 CELL_LINES = 3
 MORE = "… (full detail in --json)"

@@ -21,8 +21,8 @@ def all_reduce(tensors: list, op: str = "sum") -> list:
     :param op: ``"sum"``, ``"max"``, ``"min"`` or ``"prod"``.
     :return: a list of new tensors, ``result[i]`` on ``tensors[i].device``.
     """
-    from .plugins.manager import manager
-    from .tensor import _wrap
+    from anydevice.runtime.plugins import manager
+    from anydevice.engine.tensor import _wrap
 
     _validate(tensors, op)
     first = tensors[0]
@@ -43,7 +43,7 @@ def all_reduce(tensors: list, op: str = "sum") -> list:
 
 
 def _through_host(tensors, op):
-    from .api import asarray
+    from anydevice.api import asarray
 
     arrays = [t.numpy() for t in tensors]
     acc = np.array(arrays[0], copy=True)
@@ -54,7 +54,7 @@ def _through_host(tensors, op):
 
 
 def _validate(tensors, op):
-    from .tensor import Tensor
+    from anydevice.engine.tensor import Tensor
 
     if op not in OPS:
         raise ValueError(f"all_reduce(): unknown op {op!r}; allowed: {', '.join(OPS)}")

@@ -21,15 +21,14 @@ import math
 import sys
 import time
 
-from .checks import (CHECKS, FAILED, PASSED, SKIPPED, TIMED_OUT, UNAVAILABLE, CheckFailed, CheckResult, CheckSkipped,
-                     Target, run_one)
-from . import environment as _environment
-from .render import render
-from .report import Report, overall_verdict
-from .runner import DEFAULT_TIMEOUT, Job, Runner
-from .schema import SCHEMA, SCHEMA_VERSION
-from .selection import select
-from .worker import quiet_fallbacks
+from anydevice.tools.check.checks import CHECKS, FAILED, PASSED, SKIPPED, TIMED_OUT, UNAVAILABLE, CheckFailed, CheckResult, CheckSkipped, Target, run_one
+from anydevice.tools.check import environment as _environment
+from anydevice.tools.check.render import render
+from anydevice.tools.check.report import Report, overall_verdict
+from anydevice.tools.check.runner import DEFAULT_TIMEOUT, Job, Runner
+from anydevice.tools.check.schema import SCHEMA, SCHEMA_VERSION
+from anydevice.tools.check.selection import select
+from anydevice.tools.check.worker import quiet_fallbacks
 
 __all__ = ["run", "main", "render", "SCHEMA", "SCHEMA_VERSION", "CHECKS", "DEFAULT_TIMEOUT", "CheckFailed",
            "CheckSkipped", "CheckResult", "Target", "run_one", "PASSED", "FAILED", "SKIPPED", "UNAVAILABLE",
@@ -83,7 +82,7 @@ def _jobs(selection: dict, in_process: bool) -> list:
     """One job per plugin installed as a distribution; plugins registered in this process run here."""
     from importlib.metadata import entry_points
 
-    from ..plugins.manager import GROUP, manager
+    from anydevice.runtime.plugins import GROUP, manager
 
     installed = {(ep.name.strip().lower(), ep.value) for ep in entry_points(group=GROUP)}
     groups: dict = {}
@@ -101,7 +100,7 @@ def _jobs(selection: dict, in_process: bool) -> list:
 
 def _aliases(timeout: float, in_process: bool) -> dict:
     """``{alias: type}`` declared by every plugin (loading them all, in a worker unless ``in_process``)."""
-    from ..plugins.manager import manager
+    from anydevice.runtime.plugins import manager
 
     if in_process:
         manager.load_all()
@@ -131,7 +130,7 @@ def main(argv=None) -> int:
     """``anydevice check [--device TYPE[:N] ...] [--json] [--quick] [--timeout S] [--no-fallback]``."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv == ["--worker"]:
-        from .worker import serve
+        from anydevice.tools.check.worker import serve
 
         return serve()
     p = argparse.ArgumentParser(

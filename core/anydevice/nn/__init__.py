@@ -15,9 +15,9 @@ import math
 
 import numpy as np
 
-from . import api as _api
-from . import dtypes as _dt
-from .tensor import Tensor
+from anydevice import api as _api
+from anydevice.base import dtypes as _dt
+from anydevice.engine.tensor import Tensor
 
 __all__ = ["Module", "Linear", "ReLU", "Sequential", "MSELoss", "mse_loss", "parameter"]
 

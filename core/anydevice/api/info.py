@@ -1,8 +1,8 @@
 """Array API inspection namespace (``anydevice.__array_namespace_info__()``)."""
 from __future__ import annotations
 
-from . import dtypes as _dt
-from .devices import as_device, current_device
+from anydevice.base import dtypes as _dt
+from anydevice.runtime.devices import as_device, current_device
 
 
 class Info:
@@ -13,7 +13,7 @@ class Info:
         return current_device()
 
     def devices(self) -> list:
-        from .device import get_available_device
+        from anydevice.api.device import get_available_device
 
         return [as_device(d) for d in get_available_device()]
 

@@ -1,0 +1,1 @@
+"""Foundations that import nothing of anydevice: dtypes and errors."""

@@ -1,0 +1,199 @@
+"""Data types and the Python Array API type-promotion rules.
+
+A :class:`DType` is a small immutable value object. ``bfloat16`` is backed by
+``ml_dtypes`` which is imported only when its numpy dtype is first needed.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = [
+    "DType", "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+    "uint64", "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+    "ALL_DTYPES", "dtype", "result_type", "can_cast", "isdtype", "KINDS",
+]
+
+
+class DType:
+    """One element type. Compare with ``==`` or ``is``; instances are singletons."""
+
+    __slots__ = ("name", "kind", "itemsize", "_np")
+
+    def __init__(self, name: str, kind: str, itemsize: int, np_dtype):
+        self.name, self.kind, self.itemsize, self._np = name, kind, itemsize, np_dtype
+
+    @property
+    def numpy(self) -> np.dtype:
+        """The equivalent numpy dtype (bfloat16 comes from ml_dtypes)."""
+        if self._np is None:
+            import ml_dtypes
+
+            self._np = np.dtype(ml_dtypes.bfloat16)
+        return self._np
+
+    @property
+    def is_floating(self) -> bool:
+        return self.kind == "float"
+
+    @property
+    def is_complex(self) -> bool:
+        return self.kind == "complex"
+
+    def __repr__(self) -> str:
+        return f"anydevice.{self.name}"
+
+    def __reduce__(self):
+        return (dtype, (self.name,))
+
+
+bool_ = DType("bool", "bool", 1, np.dtype(np.bool_))
+int8 = DType("int8", "int", 1, np.dtype(np.int8))
+int16 = DType("int16", "int", 2, np.dtype(np.int16))
+int32 = DType("int32", "int", 4, np.dtype(np.int32))
+int64 = DType("int64", "int", 8, np.dtype(np.int64))
+uint8 = DType("uint8", "uint", 1, np.dtype(np.uint8))
+uint16 = DType("uint16", "uint", 2, np.dtype(np.uint16))
+uint32 = DType("uint32", "uint", 4, np.dtype(np.uint32))
+uint64 = DType("uint64", "uint", 8, np.dtype(np.uint64))
+float16 = DType("float16", "float", 2, np.dtype(np.float16))
+bfloat16 = DType("bfloat16", "float", 2, None)
+float32 = DType("float32", "float", 4, np.dtype(np.float32))
+float64 = DType("float64", "float", 8, np.dtype(np.float64))
+complex64 = DType("complex64", "complex", 8, np.dtype(np.complex64))
+complex128 = DType("complex128", "complex", 16, np.dtype(np.complex128))
+
+ALL_DTYPES: tuple[DType, ...] = (
+    bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
+    float16, bfloat16, float32, float64, complex64, complex128,
+)
+_BY_NAME = {d.name: d for d in ALL_DTYPES}
+_BY_NAME["bfloat16"] = bfloat16
+_BY_NP = {d._np: d for d in ALL_DTYPES if d._np is not None}
+
+#: Array API ``isdtype`` kinds, as sets of dtypes.
+KINDS: dict[str, frozenset] = {
+    "bool": frozenset({bool_}),
+    "signed integer": frozenset({int8, int16, int32, int64}),
+    "unsigned integer": frozenset({uint8, uint16, uint32, uint64}),
+    "real floating": frozenset({float16, bfloat16, float32, float64}),
+    "complex floating": frozenset({complex64, complex128}),
+}
+KINDS["integral"] = KINDS["signed integer"] | KINDS["unsigned integer"]
+KINDS["numeric"] = KINDS["integral"] | KINDS["real floating"] | KINDS["complex floating"]
+
+
+def dtype(spec) -> DType:
+    """Turn a DType, a name (``"float32"``), a numpy dtype or a Python type into a DType."""
+    if isinstance(spec, DType):
+        return spec
+    if isinstance(spec, str):
+        d = _BY_NAME.get(spec)
+        if d is None:
+            raise TypeError(f"unknown dtype {spec!r}; allowed: {', '.join(_BY_NAME)}")
+        return d
+    if spec is bool:
+        return bool_
+    if spec is int:
+        return int64
+    if spec is float:
+        return float32
+    if spec is complex:
+        return complex64
+    try:
+        npd = np.dtype(spec)
+    except TypeError:
+        raise TypeError(f"cannot interpret {spec!r} as a dtype; allowed: {', '.join(_BY_NAME)}") from None
+    d = _BY_NP.get(npd)
+    if d is None:
+        if npd.name == "bfloat16":
+            return bfloat16
+        kind = {"U": "text", "S": "bytes", "O": "Python objects", "M": "dates", "m": "time deltas"}.get(npd.kind, str(npd))
+        raise TypeError(f"{kind} (numpy dtype {npd}) cannot be a tensor element type; allowed: {', '.join(_BY_NAME)}")
+    return d
+
+
+def isdtype(d: DType, kind) -> bool:
+    """Array API ``isdtype``: ``kind`` is a dtype, a kind name, or a tuple of them."""
+    if isinstance(kind, tuple):
+        return any(isdtype(d, k) for k in kind)
+    if isinstance(kind, DType):
+        return d is kind
+    if kind not in KINDS:
+        raise ValueError(f"unknown dtype kind {kind!r}; allowed: {', '.join(KINDS)}")
+    return d in KINDS[kind]
+
+
+# --- promotion -------------------------------------------------------------------------
+# Lattice of the Array API standard, plus float16/bfloat16 which promote to float32.
+_SIGNED = [int8, int16, int32, int64]
+_UNSIGNED = [uint8, uint16, uint32, uint64]
+_PROMO: dict[tuple[DType, DType], DType] = {(bool_, bool_): bool_}
+
+
+def _fill():
+    for group in (_SIGNED, _UNSIGNED, [float32, float64], [complex64, complex128]):
+        for a in group:
+            for b in group:
+                _PROMO[a, b] = max(a, b, key=lambda d: d.itemsize)
+    for u in _UNSIGNED[:3]:
+        for s in _SIGNED:
+            w = max(s.itemsize, 2 * u.itemsize)
+            _PROMO[u, s] = _PROMO[s, u] = {2: int16, 4: int32, 8: int64}[w]
+    # uint64 with a signed integer is undefined in the standard: no entry.
+    for f, c in ((float32, complex64), (float32, complex128), (float64, complex64), (float64, complex128)):
+        out = complex128 if (f is float64 or c is complex128) else complex64
+        _PROMO[f, c] = _PROMO[c, f] = out
+    for h in (float16, bfloat16):
+        _PROMO[h, h] = h
+        for f in (float32, float64):
+            _PROMO[h, f] = _PROMO[f, h] = f
+        for c in (complex64, complex128):
+            _PROMO[h, c] = _PROMO[c, h] = c
+    _PROMO[float16, bfloat16] = _PROMO[bfloat16, float16] = float32
+
+
+_fill()
+
+
+def promote(a: DType, b: DType) -> DType:
+    """Promote two dtypes; ``TypeError`` naming both when the standard defines no result."""
+    if a is b:
+        return a
+    r = _PROMO.get((a, b))
+    if r is None:
+        raise TypeError(
+            f"no type promotion between {a.name} and {b.name}: the Array API standard only promotes "
+            f"within a kind (bool, integers, floating), so convert one side with astype()"
+        )
+    return r
+
+
+def result_type(*args) -> DType:
+    """Array API ``result_type`` over dtypes and tensors."""
+    ds = [a if isinstance(a, DType) else getattr(a, "dtype", None) for a in args]
+    if not ds or any(d is None for d in ds):
+        raise TypeError("result_type() takes dtypes or tensors, at least one")
+    out = ds[0]
+    for d in ds[1:]:
+        out = promote(out, d)
+    return out
+
+
+def can_cast(from_: DType, to: DType) -> bool:
+    """True when ``from_`` promotes to ``to`` without losing information."""
+    from_ = getattr(from_, "dtype", from_)
+    return _PROMO.get((from_, to)) is to
+
+
+def scalar_dtype_ok(value, d: DType) -> bool:
+    """Whether a Python scalar may combine with an array of dtype ``d`` (Array API rules)."""
+    t = type(value)
+    if t is bool:
+        return d is bool_
+    if t is int:
+        return d.kind in ("int", "uint", "float", "complex")
+    if t is float:
+        return d.kind in ("float", "complex")
+    if t is complex:
+        return d.kind == "complex"
+    return False

@@ -1,0 +1,70 @@
+"""Reverse-mode automatic differentiation over the registry's VJP rules.
+
+``backward()`` walks the graph recorded by the dispatcher (:mod:`anydevice.engine.graph`) in
+reverse topological order, calling each op's ``vjp(xp, g, inputs, out, **attrs)`` with the
+engine's namespace ``xp``.
+"""
+from __future__ import annotations
+
+from anydevice.engine.creation import asarray
+from anydevice.engine.dispatch import xp
+from anydevice.engine.graph import Node, no_grad
+from anydevice.engine.tensor import Tensor
+
+
+def _toposort(root: Node) -> list:
+    order, seen, stack = [], set(), [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        for p in node.parents:
+            if p is not None and id(p) not in seen:
+                stack.append((p, False))
+    return order[::-1]
+
+
+def backward(tensor, grad=None) -> None:
+    """Accumulate d(tensor)/d(leaf) into every leaf's ``.grad``."""
+    node = tensor._node
+    if node is None:
+        raise RuntimeError(
+            "backward(): this tensor does not require grad and has no graph; set requires_grad=True on "
+            "the inputs before computing it (and not inside no_grad())"
+        )
+    if grad is None:
+        if tensor.size != 1:
+            raise RuntimeError(
+                f"backward(): grad can be omitted only for a single-element output, this one has shape {tensor.shape}; "
+                "pass grad= of the same shape"
+            )
+        grad = xp.ones_like(tensor)
+    elif not isinstance(grad, Tensor):
+        grad = asarray(grad, dtype=tensor.dtype, device=tensor.device)
+    if grad.shape != tensor.shape:
+        raise ValueError(f"backward(): grad has shape {grad.shape}, the tensor has {tensor.shape}")
+    grads = {id(node): grad}
+    with no_grad():
+        for n in _toposort(node):
+            g = grads.pop(id(n), None)
+            if g is None:
+                continue
+            if n.op is None or n.retain:
+                n.grad = g if n.grad is None else n.grad + g
+                if n.op is None:
+                    continue
+            in_grads = n.op.vjp(xp, g, n.inputs, n.out, **n.attrs)
+            if not isinstance(in_grads, (tuple, list)):
+                in_grads = (in_grads,)
+            for p, gi, dt in zip(n.parents, in_grads, n.in_dtypes):
+                if p is None or gi is None:
+                    continue
+                if gi.dtype is not dt:
+                    gi = xp.astype(gi, dt)
+                prev = grads.get(id(p))
+                grads[id(p)] = gi if prev is None else prev + gi

@@ -1,0 +1,93 @@
+"""Tensors from data: ``asarray`` (host data, numpy arrays, DLPack producers), ``zeros``,
+``ones``, ``empty`` and the ``*_like`` family."""
+from __future__ import annotations
+
+import numpy as np
+
+from anydevice.base import dtypes as _dt
+from anydevice.engine.dispatch import full_like, ones_like, op_function, xp, zeros_like
+from anydevice.engine.tensor import Tensor, _wrap
+from anydevice.runtime.devices import as_device
+
+__all__ = ["asarray", "to_tensor", "from_dlpack", "zeros", "ones", "empty", "zeros_like", "ones_like", "empty_like",
+           "full_like"]
+
+
+def _infer_dtype(arr: np.ndarray, obj) -> _dt.DType:
+    if isinstance(obj, (np.ndarray, np.generic)):
+        return _dt.dtype(arr.dtype)
+    # Python data: default float is float32, default complex complex64 (like torch/paddle)
+    return {np.dtype(np.float64): _dt.float32, np.dtype(np.complex128): _dt.complex64}.get(arr.dtype) or _dt.dtype(arr.dtype)
+
+
+def asarray(obj, dtype=None, device=None, copy=None) -> Tensor:
+    """Create a tensor from a Tensor, a numpy array, a Python scalar or nested sequence.
+
+    Python floats become float32 and Python ints int64 unless ``dtype`` says otherwise;
+    numpy arrays keep their dtype.
+    """
+    dev = as_device(device)
+    d = _dt.dtype(dtype) if dtype is not None else None
+    if isinstance(obj, Tensor):
+        t = obj if d is None or obj.dtype is d else xp.astype(obj, d)
+        return t if device is None else t.to(dev)
+    if hasattr(obj, "__dlpack__") and not isinstance(obj, (np.ndarray, np.generic)) and type(obj).__module__.split(".")[0] in ("cupy", "torch"):
+        obj = np.from_dlpack(obj) if getattr(obj, "__dlpack_device__", lambda: (1, 0))()[0] == 1 else obj
+    try:
+        arr = np.asarray(obj)
+    except (ValueError, TypeError) as e:
+        raise TypeError(f"asarray(): cannot convert {type(obj).__name__} to a tensor: {e}") from None
+    if arr.dtype == object:
+        raise TypeError(f"asarray(): cannot convert {type(obj).__name__} to a tensor (ragged or non-numeric data)")
+    if d is None:
+        d = _infer_dtype(arr, obj)
+    if arr.dtype.kind == "c" and d.kind != "complex":
+        raise TypeError(f"asarray(): complex data cannot become {d.name}")
+    be = dev._backend
+    return _wrap(be.from_host(dev.index, arr, d), tuple(arr.shape), d, dev)
+
+
+to_tensor = asarray
+
+
+def from_dlpack(x, *, device=None, copy=None) -> Tensor:
+    """Import any DLPack producer (host memory is copied to the target device)."""
+    fn = getattr(as_device(device)._backend.runtime, "from_dlpack", None)
+    if fn is not None and device is not None:
+        dev = as_device(device)
+        buf, shape, d = fn(dev.index, x)
+        return _wrap(buf, shape, d, dev)
+    return asarray(np.from_dlpack(x), device=device)
+
+
+def zeros(shape, dtype=None, device=None) -> Tensor:
+    return _full(shape, 0.0 if dtype is None else _zero(dtype), dtype=dtype or _dt.float32, device=device)
+
+
+def ones(shape, dtype=None, device=None) -> Tensor:
+    return _full(shape, 1.0 if dtype is None else _one(dtype), dtype=dtype or _dt.float32, device=device)
+
+
+def empty(shape, dtype=None, device=None) -> Tensor:
+    """Like zeros(): anydevice never exposes uninitialized memory."""
+    return zeros(shape, dtype=dtype, device=device)
+
+
+def _zero(d):
+    d = _dt.dtype(d)
+    return {"bool": False, "int": 0, "uint": 0, "float": 0.0, "complex": 0j}[d.kind]
+
+
+def _one(d):
+    d = _dt.dtype(d)
+    return {"bool": True, "int": 1, "uint": 1, "float": 1.0, "complex": 1 + 0j}[d.kind]
+
+
+def empty_like(x, dtype=None, device=None) -> Tensor:
+    return zeros_like(x, dtype=dtype, device=device)
+
+
+
+
+def _full(shape, fill_value, dtype=None, device=None) -> Tensor:
+    return xp.full(shape, fill_value, dtype=dtype, device=device)

@@ -1,0 +1,543 @@
+"""The dispatcher: native kernel, else decomposition, else a visible CPU fallback.
+
+For each (op, device, compute dtype) the first call chooses a *path* and caches it:
+
+1. ``native``: the device's kernel table has a kernel for the op and dtype;
+2. ``decomposed``: the op is composite and its decomposition runs on the device using only
+   native kernels (tried once; if any op inside it would need the CPU the whole op falls
+   back instead, so one call never bounces between host and device op by op);
+3. ``fallback``: inputs are copied to the cpu, the op runs there, the result is copied back.
+   Every fallback is counted per (op, device) — :func:`fallback_counts` — and, depending on
+   ``ANYDEVICE_FALLBACK`` (``warn`` by default, ``silent`` or ``error``), warns once per op
+   or raises :class:`~anydevice.errors.FallbackError`.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import time
+import warnings
+
+from anydevice.engine import graph as _ag
+from anydevice.base import dtypes as _dt
+from anydevice.base.errors import FallbackError, PluginError
+from anydevice.runtime.contract import DeviceArray
+from anydevice.runtime.devices import as_device
+from anydevice.engine.tensor import Tensor, _detached, _wrap
+from anydevice.ops import load_all
+from anydevice.ops.registry import all_ops, check_category, get_op
+
+NATIVE, DECOMPOSED, FALLBACK = "native", "decomposed", "fallback"
+_MODES = ("warn", "silent", "error")
+
+
+class FallbackWarning(UserWarning):
+    """An op ran on the CPU because the device has no kernel and no usable decomposition."""
+
+
+class _NeedsFallback(Exception):
+    pass
+
+
+_tls = threading.local()
+_counts: collections.Counter = collections.Counter()
+_warned: set = set()
+_observers: list = []
+_mode = [os.environ.get("ANYDEVICE_FALLBACK", "warn").strip().lower() or "warn"]
+if _mode[0] not in _MODES:
+    raise ValueError(f"ANYDEVICE_FALLBACK={_mode[0]!r} is not one of {', '.join(_MODES)}")
+
+
+def set_fallback_mode(mode: str) -> str:
+    """Set what happens on a CPU fallback: ``warn`` (once per op), ``silent`` or ``error``. Returns the old mode."""
+    if mode not in _MODES:
+        raise ValueError(f"fallback mode {mode!r} is not one of {', '.join(_MODES)}")
+    old, _mode[0] = _mode[0], mode
+    return old
+
+
+def get_fallback_mode() -> str:
+    return _mode[0]
+
+
+def fallback_counts() -> dict:
+    """``{(op, device_string): count}`` of CPU fallbacks in this process."""
+    return dict(_counts)
+
+
+def reset_fallback_counts() -> None:
+    _counts.clear()
+    _warned.clear()
+
+
+def add_observer(fn) -> None:
+    """Call ``fn(op, device, path, seconds, inputs, out)`` after every top-level op (profiler, tracing)."""
+    _observers.append(fn)
+
+
+def remove_observer(fn) -> None:
+    _observers.remove(fn)
+
+
+def _user_stacklevel() -> int:
+    """Stack level of the first frame outside the anydevice package (where the user called)."""
+    import sys
+
+    pkg = os.path.dirname(os.path.dirname(__file__))  # the anydevice package
+    f, level = sys._getframe(1), 1
+    while f is not None and f.f_code.co_filename.startswith(pkg):
+        f, level = f.f_back, level + 1
+    return level
+
+
+def _depth() -> int:
+    return getattr(_tls, "depth", 0)
+
+
+# --- argument binding ----------------------------------------------------------------------
+def _bind(op, args, kwargs):
+    n_in = len(op.inputs)
+    if len(args) < n_in:
+        missing = [n.lstrip("*") for n in op.inputs[len(args):] if n.lstrip("*") not in kwargs]
+        args = tuple(args) + tuple(kwargs.pop(n.lstrip("*")) for n in op.inputs[len(args):] if n.lstrip("*") in kwargs)
+        if missing and len(args) < n_in:
+            raise TypeError(f"{op.name}() missing required input(s): {', '.join(missing)}")
+    inputs, rest = args[:n_in], args[n_in:]
+    names = list(op.attrs)
+    if len(rest) > len(names):
+        raise TypeError(f"{op.name}() takes {n_in + len(names)} positional arguments but {len(args)} were given")
+    attrs = dict(op.attrs)
+    for k, v in zip(names, rest):
+        attrs[k] = v
+    for k, v in kwargs.items():
+        if k not in attrs:
+            allowed = ", ".join(n.lstrip("*") for n in op.inputs) + (", " if names else "") + ", ".join(names)
+            raise TypeError(f"{op.name}() got an unexpected argument {k!r}; it takes: {allowed}")
+        attrs[k] = v
+    return inputs, attrs
+
+
+def _as_tensors(op, inputs):
+    """Tensors stay; Python scalars are left for the dtype rule; anything else is an error."""
+    out = []
+    for name, x in zip(op.inputs, inputs):
+        if name.startswith("*"):
+            if isinstance(x, Tensor) or not isinstance(x, (list, tuple)):
+                raise TypeError(f"{op.name}() expects a list or tuple of tensors for {name[1:]!r}")
+            if not x:
+                raise ValueError(f"{op.name}() needs at least one tensor in {name[1:]!r}")
+            for t in x:
+                if not isinstance(t, Tensor):
+                    raise TypeError(f"{op.name}() expects tensors in {name[1:]!r}, got {type(t).__name__}")
+            out.append(list(x))
+        elif isinstance(x, Tensor) or type(x) in (bool, int, float, complex):
+            out.append(x)
+        else:
+            raise TypeError(
+                f"{op.name}() expects a Tensor for {name!r}, got {type(x).__name__}; convert it with anydevice.asarray()"
+            )
+    return out
+
+
+def _flat(inputs):
+    for x in inputs:
+        if isinstance(x, list):
+            yield from x
+        else:
+            yield x
+
+
+# --- the call path -----------------------------------------------------------------------
+def call(op, args, kwargs):
+    """Run ``op`` on ``args``/``kwargs`` (the public function of every op)."""
+    if op.fast and not kwargs and not _observers:
+        r = _try_fast(op, args)
+        if r is not None:
+            return r
+    inputs, attrs = _bind(op, args, kwargs)
+    return apply(op, _as_tensors(op, inputs), attrs)
+
+
+def _try_fast(op, args):
+    """Element-wise ops on same-dtype, same-shape tensors with a cached returning kernel and no graph."""
+    x = args[0]
+    if type(x) is not Tensor:
+        return None
+    plan = op.fast.get((x.device._ctx, x.dtype))
+    if plan is None:
+        return None
+    n = len(args)
+    if n == 1:
+        if x._node is not None and _ag.is_grad_enabled():
+            return None
+        buf = plan[0](x.device._ctx, x._buf)
+    elif n == 2:
+        y = args[1]
+        if (type(y) is not Tensor or y.dtype is not x.dtype or y.device is not x.device or y.shape != x.shape
+                or ((x._node is not None or y._node is not None) and _ag.is_grad_enabled())):
+            return None
+        buf = plan[0](x.device._ctx, x._buf, y._buf)
+    else:
+        return None
+    return _wrap(buf, x.shape, plan[1], x.device)
+
+
+def apply(op, inputs, attrs):
+    flat = list(_flat(inputs)) if op.variadic else inputs
+    tensors = []
+    scalars = False
+    for x in flat:
+        if isinstance(x, Tensor):
+            tensors.append(x)
+        else:
+            scalars = True
+    if tensors:
+        device = tensors[0].device
+        for t in tensors:
+            if t.device is not device:
+                raise ValueError(
+                    f"{op.name}(): inputs are on different devices, {device} and {t.device}; move them to one "
+                    f"device with .to() first (anydevice never copies between devices implicitly)"
+                )
+    else:
+        device = as_device(attrs.get("device"))
+    if op.has_device_attr:
+        attrs["device"] = device
+
+    # dtypes: promote, check the category, cast inputs to the compute dtype
+    if flat or op.has_device_attr:
+        in_dtypes = (_input_dtypes(op, flat, tensors) if scalars else [t.dtype for t in flat]) if flat else []
+        compute, out_dtype = _dtypes_of(op, in_dtypes, attrs)
+    else:
+        compute = out_dtype = None
+    if compute is not None:
+        if type(compute) is tuple:
+            if scalars or any(d is not c for d, c in zip(in_dtypes, compute)):
+                inputs = _cast_inputs(op, inputs, compute, device)
+            compute = compute[0]
+        elif scalars or any(d is not compute for d in in_dtypes):
+            inputs = _cast_inputs(op, inputs, compute, device)
+    if op.has_device_attr and "dtype" in attrs:
+        attrs["dtype"] = out_dtype
+    be = device._backend
+    if out_dtype is not None and out_dtype not in be.dtypes(device.index):
+        if _depth() > 0:  # a step of a decomposition needs a dtype this device lacks: the whole op falls back
+            raise _NeedsFallback(op.name)
+        be.check_dtype(device.index, out_dtype)
+
+    shapes = [[t.shape for t in x] if isinstance(x, list) else x.shape for x in inputs]
+    if op.canon is not None:
+        attrs = op.canon(shapes, attrs)
+    out_shape = op.shape_rule(shapes, attrs)
+    if op.check is not None:
+        op.check(xp, inputs, attrs)
+
+    needs_grad = (
+        op.differentiable and any(t._node is not None for t in tensors) and _ag.is_grad_enabled()
+    )
+    through_decomp = needs_grad and op.vjp is None and op.decomposition is not None
+    t0 = time.perf_counter() if _observers and _depth() == 0 and not getattr(_tls, "quiet", False) else None
+    if through_decomp:
+        result = _decompose(op, inputs, attrs, device, compute, out_dtype)
+        path = DECOMPOSED
+    elif needs_grad:
+        with _ag.no_grad():
+            result, path = _execute(op, inputs, attrs, device, compute, out_shape, out_dtype)
+    else:
+        result, path = _execute(op, inputs, attrs, device, compute, out_shape, out_dtype)
+    if not isinstance(result, Tensor):
+        result = _wrap(result, out_shape, out_dtype, device)
+    elif path == DECOMPOSED and any(result is t for t in tensors):  # e.g. positive(x) = x: never alias an input
+        result = _wrap(result._buf, result.shape, result.dtype, result.device, result._node if through_decomp else None)
+    if needs_grad and not through_decomp:
+        _record(op, inputs, attrs, result)
+    if t0 is not None:
+        dt = time.perf_counter() - t0
+        for obs in list(_observers):
+            obs(op, device, path, dt, inputs, result)
+    return result
+
+
+def _dtypes_of(op, in_dtypes, attrs):
+    """The op's dtype rule and category check, cached per (input dtypes, attribute values)."""
+    try:
+        key = (tuple(in_dtypes), tuple(attrs.values()))
+        hit = op.dtype_cache.get(key)
+    except TypeError:  # an unhashable attribute (a list): no caching
+        key = hit = None
+    if hit is not None:
+        return hit
+    compute, out_dtype = op.dtype_rule(in_dtypes, attrs)
+    if compute is not None:
+        check_category(op.name, op.dtypes, compute[0] if type(compute) is tuple else compute)
+    if key is not None:
+        if len(op.dtype_cache) > 1024:
+            op.dtype_cache.clear()
+        op.dtype_cache[key] = (compute, out_dtype)
+    return compute, out_dtype
+
+
+def _input_dtypes(op, flat, tensors):
+    if not tensors:
+        raise TypeError(f"{op.name}() needs at least one Tensor input, got only Python scalars")
+    ref = tensors[0].dtype
+    if ref is _dt.bool_:
+        ref = next((t.dtype for t in tensors if t.dtype is not _dt.bool_), ref)
+    out = []
+    for x in flat:
+        if not isinstance(x, Tensor):
+            if not _dt.scalar_dtype_ok(x, ref):
+                raise TypeError(
+                    f"{op.name}(): a Python {type(x).__name__} cannot be combined with a {ref.name} tensor "
+                    f"(Array API rules); use a tensor of a matching dtype or astype()"
+                )
+            out.append(ref)
+        else:
+            out.append(x.dtype)
+    return out
+
+
+def _cast_inputs(op, inputs, compute, device):
+    if compute is None:
+        return inputs
+    per = compute if type(compute) is tuple else (compute,) * len(inputs)
+    out = []
+    for x, c in zip(inputs, per):
+        if isinstance(x, list):
+            out.append([t if t.dtype is c else _astype(t, c) for t in x])
+        elif type(x) is Tensor or isinstance(x, Tensor):
+            out.append(x if x.dtype is c else _astype(x, c))
+        else:
+            out.append(_scalar_tensor(x, c, device))
+    return out
+
+
+def _astype(t, d):
+    return apply(get_op("astype"), [t], {"dtype": d, "copy": True})
+
+
+def _scalar_tensor(value, d, device):
+    be = device._backend
+    return _wrap(be.from_host(device.index, _dt_np_scalar(value, d), d), (), d, device)
+
+
+def _dt_np_scalar(value, d):
+    import numpy as np
+
+    try:
+        return np.asarray(value, dtype=d.numpy)
+    except OverflowError:
+        raise OverflowError(f"Python scalar {value!r} does not fit in {d.name}") from None
+
+
+# --- choosing and running a path ---------------------------------------------------------------
+def _execute(op, inputs, attrs, device, compute, out_shape, out_dtype):
+    key = (device._ctx, compute)
+    plan = op.plans.get(key)
+    if plan is None:
+        plan = _plan(op, device, compute)
+        if plan[0] == NATIVE:   # the plan is cached only once its kernel returned a buffer of this device
+            out = _run_kernel(plan[1], device, inputs, attrs, out_shape, out_dtype)
+            if not plan[1].out:
+                _check_result(op, plan[1], device, out)
+            op.plans[key] = plan
+            return out, NATIVE
+        op.plans[key] = plan
+    path, kernel = plan
+    if path == NATIVE:
+        if key not in op.fast and op.category == "elementwise" and not op.attrs and not kernel.out and all(
+            getattr(x, "dtype", None) is compute for x in inputs
+        ):
+            op.fast[key] = (kernel.fn, out_dtype)
+        return _run_kernel(kernel, device, inputs, attrs, out_shape, out_dtype), NATIVE
+    depth = _depth()
+    if path == DECOMPOSED:
+        if depth > 0:
+            return _decompose(op, inputs, attrs, device, compute, out_dtype), DECOMPOSED
+        _tls.depth = 1
+        try:
+            return _decompose(op, inputs, attrs, device, compute, out_dtype), DECOMPOSED
+        except _NeedsFallback:
+            op.plans[key] = (FALLBACK, None)
+        finally:
+            _tls.depth = 0
+    elif depth > 0:
+        raise _NeedsFallback(op.name)
+    return _fallback(op, inputs, attrs, device), FALLBACK
+
+
+_HALF = (_dt.float16, _dt.bfloat16)
+
+
+def _decompose(op, inputs, attrs, device, compute, out_dtype):
+    """Run ``op``'s decomposition; half-precision math runs in float32 (when the device has it)
+    and is rounded once at the end, as native kernels do, instead of rounding every step."""
+    if compute not in _HALF or op.has_device_attr or _dt.float32 not in device._backend.dtypes(device.index):
+        return op.decomposition(xp, *inputs, **attrs)
+    up = [[_astype(t, _dt.float32) if t.dtype is compute else t for t in x] if isinstance(x, list)
+          else (_astype(x, _dt.float32) if x.dtype is compute else x) for x in inputs]
+    r = op.decomposition(xp, *up, **attrs)
+    return _astype(r, out_dtype) if r.dtype is not out_dtype else r
+
+
+def _plan(op, device, compute):
+    k = device._backend.kernels.lookup(op.name, compute)
+    if k is not None:
+        return (NATIVE, k)
+    if op.decomposition is not None:
+        return (DECOMPOSED, None)
+    return (FALLBACK, None)
+
+
+def _run_kernel(kernel, device, inputs, attrs, out_shape, out_dtype):
+    bufs = [[t._buf for t in x] if isinstance(x, list) else x._buf for x in inputs]
+    kw = attrs if not attrs or "device" not in attrs else {k: v for k, v in attrs.items() if k != "device"}
+    ctx = device._ctx
+    if kernel.out:
+        out = device._backend.empty(device.index, out_shape, out_dtype)
+        kernel.fn(ctx, out, *bufs, **kw)
+        return out
+    return kernel.fn(ctx, *bufs, **kw)
+
+
+def _check_result(op, kernel, device, buf) -> None:
+    """A returning kernel must give a buffer of its own device: a DeviceArray from that device's
+    allocator, or for runtimes that keep their own storage an array (with shape and dtype)."""
+    be = device._backend
+    if be.own_storage:
+        if hasattr(buf, "shape") and hasattr(buf, "dtype"):
+            return
+        expected = f"an array of the {device.type} runtime"
+    else:
+        if isinstance(buf, DeviceArray) and getattr(buf.block, "owner", None) is be.allocators[device.index]:
+            return
+        expected = f"a DeviceArray allocated on {device} (ctx.empty(shape, dtype))"
+        if isinstance(buf, DeviceArray):
+            expected += ", not memory of another device"
+    fn = kernel.fn
+    name = f"{getattr(fn, '__module__', None) or '?'}.{getattr(fn, '__qualname__', None) or repr(fn)}"
+    raise PluginError(f"kernel {name}() of op {op.name!r} on {device} (plugin {be.record.label}) returned "
+                      f"{_short(buf)} ({type(buf).__name__}); expected {expected}")
+
+
+def _short(x) -> str:
+    r = repr(x)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+def _fallback(op, inputs, attrs, device):
+    cpu = as_device("cpu")
+    if device is cpu:
+        raise NotImplementedError(
+            f"op {op.name!r} has no kernel on cpu and no decomposition; the cpu backend must implement every primitive"
+        )
+    mode = _mode[0]
+    _counts[(op.name, str(device))] += 1
+    if mode == "error":
+        raise FallbackError(
+            f"{op.name} has no kernel on {device} (plugin {device._backend.record.distribution or device._backend.record.name}) "
+            f"and would fall back to the CPU; set ANYDEVICE_FALLBACK=warn to allow it"
+        )
+    if mode == "warn" and (op.name, device.type) not in _warned:
+        _warned.add((op.name, device.type))
+        warnings.warn(
+            f"{op.name} is not implemented natively on {device.type}; running it on the CPU (inputs copied to the "
+            f"host and back). Set ANYDEVICE_FALLBACK=silent to hide this, or =error to forbid it.",
+            FallbackWarning, stacklevel=_user_stacklevel(),
+        )
+    host_in = [[t.to(cpu) for t in x] if isinstance(x, list) else x.to(cpu) for x in inputs]
+    host_attrs = dict(attrs)
+    if op.has_device_attr:
+        host_attrs["device"] = cpu
+    saved, quiet = _depth(), getattr(_tls, "quiet", False)
+    _tls.depth, _tls.quiet = 0, True
+    try:
+        with _ag.no_grad():
+            res = apply(op, host_in, host_attrs)
+    finally:
+        _tls.depth, _tls.quiet = saved, quiet
+    return res.to(device)
+
+
+def _record(op, inputs, attrs, result):
+    flat = list(_flat(inputs))
+    node = _ag.Node(
+        op, {k: v for k, v in attrs.items() if k != "device"}, tuple(_detached(x) for x in flat),
+        _detached(result), tuple(x._node if isinstance(x, Tensor) else None for x in flat),
+        tuple(x.dtype for x in flat),
+    )
+    result._node = node
+
+
+# --- op functions and the engine's namespace ----------------------------------------------------
+_functions: dict = {}
+
+
+def op_function(op):
+    """The public function of a registry op: binds arguments and dispatches (cached per op)."""
+    fn = _functions.get(op.name)
+    if fn is None:
+        def fn(*args, **kwargs):
+            return call(op, args, kwargs)
+
+        fn.__name__ = fn.__qualname__ = op.name
+        fn.__doc__ = op.doc or f"The {op.name} op (see anydevice.api.op({op.name!r}))."
+        fn.__module__ = "anydevice"
+        fn.op = op
+        _functions[op.name] = fn
+    return fn
+
+
+def full_like(x, fill_value, dtype=None, device=None) -> Tensor:
+    """A tensor of ``x``'s shape filled with ``fill_value`` (dtype and device default to ``x``'s)."""
+    d = _dt.dtype(dtype) if dtype is not None else x.dtype
+    if isinstance(fill_value, (int, float, bool, complex)):
+        fill_value = _coerce(fill_value, d)
+    return op_function(get_op("full"))(x.shape, fill_value, dtype=d, device=device if device is not None else x.device)
+
+
+def _coerce(v, d):
+    k = d.kind
+    if k == "bool":
+        return bool(v)
+    if k in ("int", "uint"):
+        if isinstance(v, float) and not v.is_integer():
+            raise TypeError(f"full_like(): {v!r} does not fit dtype {d.name}")
+        return int(v)
+    if k == "float":
+        if isinstance(v, complex):
+            raise TypeError(f"full_like(): {v!r} does not fit dtype {d.name}")
+        return float(v)
+    return complex(v)
+
+
+def zeros_like(x, dtype=None, device=None) -> Tensor:
+    return full_like(x, 0, dtype=dtype, device=device)
+
+
+def ones_like(x, dtype=None, device=None) -> Tensor:
+    return full_like(x, 1, dtype=dtype, device=device)
+
+
+class Namespace:
+    """The array namespace that decompositions, VJPs and value checks compute with
+    (``decomposition(xp, x)``): every registry op as a function, plus ``full_like``,
+    ``zeros_like`` and ``ones_like``. The same functions back the public ``anydevice``
+    namespace, so an op computes the same way whichever path calls it."""
+
+    full_like = staticmethod(full_like)
+    zeros_like = staticmethod(zeros_like)
+    ones_like = staticmethod(ones_like)
+
+    def __init__(self):
+        load_all()
+        for op in all_ops():
+            setattr(self, op.name, op_function(op))
+
+    def __repr__(self) -> str:
+        return "<anydevice engine namespace>"
+
+
+#: The namespace passed to every decomposition, VJP and value check.
+xp = Namespace()

@@ -1,0 +1,63 @@
+"""The recorded graph: grad mode (per thread) and :class:`Node`.
+
+The dispatcher records a :class:`Node` for each differentiable op whose inputs require
+gradients: the op, its inputs (their immutable buffers), its output. Buffers are never
+modified after they are produced, so in-place updates of a tensor after it was used
+cannot corrupt saved values. :mod:`anydevice.engine.autograd` walks the graph.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+_state = threading.local()
+
+
+def is_grad_enabled() -> bool:
+    return getattr(_state, "enabled", True)
+
+
+def set_grad_enabled(mode: bool) -> None:
+    _state.enabled = bool(mode)
+
+
+class _GradMode(contextlib.ContextDecorator):
+    def __init__(self, mode: bool):
+        self.mode = mode
+
+    def __enter__(self):
+        self.prev = is_grad_enabled()
+        _state.enabled = self.mode
+
+    def __exit__(self, *exc):
+        _state.enabled = self.prev
+        return False
+
+
+def no_grad(fn=None):
+    """Context manager (or decorator) that stops recording the graph."""
+    if callable(fn):
+        return _GradMode(False)(fn)
+    return _GradMode(False)
+
+
+def enable_grad(fn=None):
+    if callable(fn):
+        return _GradMode(True)(fn)
+    return _GradMode(True)
+
+
+class Node:
+    """One recorded op application (``op`` is None for a leaf that requires grad)."""
+
+    __slots__ = ("op", "attrs", "inputs", "out", "parents", "in_dtypes", "grad", "retain")
+
+    def __init__(self, op=None, attrs=None, inputs=(), out=None, parents=(), in_dtypes=()):
+        self.op, self.attrs, self.inputs, self.out = op, attrs, inputs, out
+        self.parents, self.in_dtypes = parents, in_dtypes
+        self.grad = None
+        self.retain = False
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.op is None

@@ -1,0 +1,264 @@
+"""The caching allocator every backend gets on top of its raw ``malloc``/``free``.
+
+Device memory is taken from the runtime in *segments* and handed out as *chunks*:
+best fit over the free chunks (smallest that fits), splitting the remainder off, and
+merging neighbours when chunks are freed. Requests up to 1 MiB share 2 MiB segments;
+larger ones get a segment of their own rounded up to 2 MiB, which later requests may split.
+Freed chunks of at most 64 KiB first wait in exact-size lists, so the many tiny tensors of an
+eager program are recycled without searching; ``empty_cache()`` and the out-of-memory retry
+merge them back.
+Segments belong to the stream that was current when they were taken, so memory freed on
+one stream is reused only by work queued behind it on the same stream.
+
+``empty_cache()`` returns segments with no live chunk to the runtime. When ``malloc``
+fails the allocator empties its cache, retries once, then raises
+:class:`~anydevice.OutOfMemoryError` with the request, the allocator's figures and the
+device's capacity.
+"""
+from __future__ import annotations
+
+import bisect
+import collections
+import itertools
+
+from anydevice.runtime.contract import Block
+from anydevice.base.errors import OutOfMemoryError
+
+SMALL_LIMIT = 1 << 20
+QUICK_LIMIT = 64 << 10  # freed chunks up to this size wait in exact-size lists for fast reuse
+SMALL_SEGMENT = 2 << 20
+LARGE_ROUND = 2 << 20
+
+
+def fmt_bytes(n) -> str:
+    if n is None:
+        return "unknown"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+
+
+class _Segment:
+    __slots__ = ("handle", "size", "stream", "live", "small")
+
+    def __init__(self, handle, size, stream, small):
+        self.handle, self.size, self.stream, self.live, self.small = handle, size, stream, 0, small
+
+
+class _Chunk:
+    __slots__ = ("seg", "offset", "size", "free", "prev", "next", "id")
+    _ids = itertools.count()
+
+    def __init__(self, seg, offset, size):
+        self.seg, self.offset, self.size = seg, offset, size
+        self.free, self.prev, self.next = True, None, None
+        self.id = next(self._ids)
+
+    def key(self):
+        return (self.size, self.id)
+
+
+class _AllocBlock(Block):
+    """A block carved from a segment; returns its chunk to the allocator's queue when collected."""
+
+    __slots__ = ("chunk",)
+
+    def __del__(self):
+        try:
+            self.owner._pending.append(self.chunk)
+        except Exception:  # interpreter shutdown
+            pass
+
+
+_new_block = object.__new__
+
+
+class CachingAllocator:
+    """Best-fit caching allocator for one device (``runtime``, ``index``)."""
+
+    def __init__(self, runtime, index: int, device_name: str):
+        self.runtime, self.index, self.device_name = runtime, index, device_name
+        self.align = max(int(getattr(runtime, "alignment", 256)), 1)
+        self._gran = max(self.align, 512)
+        self._free: dict = collections.defaultdict(list)  # (stream, small) -> sorted [(size, id, chunk)]
+        self._segments: list[_Segment] = []
+        self._pending = collections.deque()  # chunks released by __del__, merged lazily
+        self._quick: dict = collections.defaultdict(list)  # (stream, size) -> freed small chunks
+        self.allocated = self.reserved = 0
+        self.peak_allocated = self.peak_reserved = 0
+        self.num_allocs = self.num_segments_taken = self.num_ooms = 0
+
+    # --- public -----------------------------------------------------------------------
+    def allocate(self, nbytes: int, stream=None) -> Block:
+        if self._pending:
+            self._drain()
+        g = self._gran
+        size = -(-nbytes // g) * g if nbytes > g else g
+        quick = self._quick.get((stream, size)) if size <= QUICK_LIMIT else None
+        if quick:
+            chunk = quick.pop()
+        else:
+            chunk = self._take(size, nbytes, stream)
+        self.allocated += chunk.size
+        if self.allocated > self.peak_allocated:
+            self.peak_allocated = self.allocated
+        self.num_allocs += 1
+        b = _new_block(_AllocBlock)
+        b.handle, b.offset, b.size, b.index, b.stream, b.owner, b.chunk = (
+            chunk.seg.handle, chunk.offset, nbytes, self.index, stream, self, chunk)
+        return b
+
+    def _take(self, size, nbytes, stream):
+        small = size <= SMALL_LIMIT
+        chunk = self._best_fit(stream, small, size)
+        if chunk is None:
+            seg_size = SMALL_SEGMENT if small else self._round_large(size)
+            seg = self._new_segment(seg_size, nbytes, stream, small)
+            chunk = _Chunk(seg, 0, seg_size)
+        else:
+            self._remove_free(stream, small, chunk)
+        self._split(chunk, size, stream, small)
+        chunk.free = False
+        chunk.seg.live += 1
+        return chunk
+
+    def release(self, block: Block) -> None:
+        """Called from ``Block.__del__``; only queues the chunk (safe from any thread)."""
+        self._pending.append(block.chunk)
+
+    def empty_cache(self) -> int:
+        """Return wholly free segments to the runtime; returns the bytes released."""
+        self._drain()
+        for lst in self._quick.values():
+            while lst:
+                self._merge_free(lst.pop())
+        freed = 0
+        keep = []
+        for seg in self._segments:
+            if seg.live == 0:
+                self._forget_segment(seg)
+                self.runtime.free(self.index, seg.handle)
+                self.reserved -= seg.size
+                freed += seg.size
+            else:
+                keep.append(seg)
+        self._segments = keep
+        return freed
+
+    def stats(self) -> dict:
+        self._drain()
+        return {
+            "allocated": self.allocated, "reserved": self.reserved,
+            "max_allocated": self.peak_allocated, "max_reserved": self.peak_reserved,
+            "segments": len(self._segments), "num_allocs": self.num_allocs, "num_ooms": self.num_ooms,
+        }
+
+    def reset_peak(self) -> None:
+        self._drain()
+        self.peak_allocated, self.peak_reserved = self.allocated, self.reserved
+
+    # --- internals --------------------------------------------------------------------
+    def _round(self, n: int) -> int:
+        a = self._gran
+        return -(-n // a) * a if n > a else a
+
+    @staticmethod
+    def _round_large(n: int) -> int:
+        return -(-n // LARGE_ROUND) * LARGE_ROUND
+
+    def _best_fit(self, stream, small, size):
+        lst = self._free.get((stream, small))
+        if not lst:
+            return None
+        i = bisect.bisect_left(lst, (size, -1))
+        return lst[i][2] if i < len(lst) else None
+
+    def _add_free(self, stream, small, chunk):
+        bisect.insort(self._free[(stream, small)], (chunk.size, chunk.id, chunk))
+
+    def _remove_free(self, stream, small, chunk):
+        lst = self._free[(stream, small)]
+        i = bisect.bisect_left(lst, (chunk.size, chunk.id))
+        del lst[i]
+
+    def _split(self, chunk, size, stream, small):
+        rest = chunk.size - size
+        if rest >= (self._round(1) if small else SMALL_LIMIT):
+            tail = _Chunk(chunk.seg, chunk.offset + size, rest)
+            tail.prev, tail.next = chunk, chunk.next
+            if chunk.next is not None:
+                chunk.next.prev = tail
+            chunk.next = tail
+            chunk.size = size
+            self._add_free(stream, small, tail)
+
+    def _new_segment(self, seg_size, requested, stream, small):
+        try:
+            handle = self.runtime.malloc(self.index, seg_size)
+        except MemoryError:
+            self.empty_cache()
+            try:
+                handle = self.runtime.malloc(self.index, seg_size)
+            except MemoryError as e:
+                self.num_ooms += 1
+                raise OutOfMemoryError(self._oom_message(requested)) from e
+        seg = _Segment(handle, seg_size, stream, small)
+        self._segments.append(seg)
+        self.reserved += seg_size
+        self.peak_reserved = max(self.peak_reserved, self.reserved)
+        self.num_segments_taken += 1
+        return seg
+
+    def _oom_message(self, requested):
+        free = total = None
+        info = getattr(self.runtime, "memory_info", None)
+        if info is not None:
+            try:
+                free, total = info(self.index)
+            except Exception:
+                pass
+        return (
+            f"Cannot allocate {fmt_bytes(requested)} on {self.device_name}: "
+            f"{fmt_bytes(self.allocated)} allocated by tensors, {fmt_bytes(self.reserved)} reserved by the "
+            f"caching allocator, device capacity {fmt_bytes(total)} ({fmt_bytes(free)} free). "
+            f"Free tensors you no longer need or use smaller batches."
+        )
+
+    def _drain(self):
+        pending = self._pending
+        while pending:
+            chunk = pending.popleft()
+            self._free_chunk(chunk)
+
+    def _free_chunk(self, chunk):
+        self.allocated -= chunk.size
+        if chunk.size <= QUICK_LIMIT:
+            self._quick[(chunk.seg.stream, chunk.size)].append(chunk)
+        else:
+            self._merge_free(chunk)
+
+    def _merge_free(self, chunk):
+        seg = chunk.seg
+        small = seg.small
+        chunk.free = True
+        seg.live -= 1
+        for nb in (chunk.prev, chunk.next):
+            if nb is not None and nb.free:
+                self._remove_free(seg.stream, small, nb)
+                if nb is chunk.prev:
+                    nb.size += chunk.size
+                    nb.next = chunk.next
+                    if chunk.next is not None:
+                        chunk.next.prev = nb
+                    chunk = nb
+                else:
+                    chunk.size += nb.size
+                    chunk.next = nb.next
+                    if nb.next is not None:
+                        nb.next.prev = chunk
+        self._add_free(seg.stream, small, chunk)
+
+    def _forget_segment(self, seg):
+        lst = self._free.get((seg.stream, seg.small), [])
+        lst[:] = [e for e in lst if e[2].seg is not seg]

@@ -1,0 +1,1 @@
+"""Tools over the public API: the health check, benchmarks, the profiler and the command line."""
