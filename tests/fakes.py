@@ -5,10 +5,10 @@ import contextlib
 
 import numpy as np
 
-from anydevice.runtime import devices as _backend
 from anydevice.backend import API_VERSION, DeviceTypeSpec, Runtime
 from anydevice.plugins import hookimpl
 from anydevice.plugins.manager import manager
+from anydevice.runtime import devices as _backend
 
 
 class HostRuntime(Runtime):

@@ -1,11 +1,10 @@
 """Device admission: a runtime's probe rejects devices; the rest stay usable and densely numbered."""
 import pytest
+from fakes import FakePlugin, HostRuntime, installed
 
 import anydevice as ad
-from anydevice.runtime import devices as _backend
 from anydevice.errors import DeviceUnavailableError
-
-from fakes import FakePlugin, HostRuntime, installed
+from anydevice.runtime import devices as _backend
 
 
 class ProbingRuntime(HostRuntime):

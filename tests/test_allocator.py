@@ -2,12 +2,10 @@ import gc
 
 import numpy as np
 import pytest
+from fakes import FakePlugin, HostRuntime, installed
 
 import anydevice as ad
 from anydevice.allocator import SMALL_SEGMENT, CachingAllocator
-
-from fakes import FakePlugin, HostRuntime, installed
-
 
 K = 1024
 

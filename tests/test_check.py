@@ -5,15 +5,14 @@ import re
 
 import numpy as np
 import pytest
+from fakes import FakePlugin, HostRuntime, installed
 
 import anydevice as ad
 from anydevice import check
-from anydevice.runtime import devices
-from anydevice.runtime import devices as _backend
 from anydevice.plugins import hookimpl
 from anydevice.plugins.manager import PluginRecord, manager
-
-from fakes import FakePlugin, HostRuntime, installed
+from anydevice.runtime import devices
+from anydevice.runtime import devices as _backend
 
 DOC = pathlib.Path(__file__).resolve().parents[1] / "docs" / "CHECK.md"
 

@@ -8,7 +8,6 @@ import re
 import time
 
 import pytest
-
 from plugin_dists import make_dist, plugin_source, run_cli, run_python
 
 TIMEOUT = 2

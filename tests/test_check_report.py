@@ -8,12 +8,11 @@ import time
 
 import numpy as np
 import pytest
+from fakes import FakePlugin, HostRuntime, installed
 
 from anydevice import check
 from anydevice.check.environment import settings
 from anydevice.errors import DeviceUnavailableError
-
-from fakes import FakePlugin, HostRuntime, installed
 
 
 def _host(ctx, buf):

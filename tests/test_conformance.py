@@ -12,18 +12,17 @@ import os
 import subprocess
 import sys
 
+import fakes
 import numpy as np
 import pytest
 
 import anydevice as ad
-from anydevice.ops.registry import get_op
 import anydevice_conformance as adc
-import fakes
 from anydevice import _backend, devices
 from anydevice import dtypes as _dt
 from anydevice.backend import API_VERSION, DeviceTypeSpec, Runtime
 from anydevice.errors import DeviceUnavailableError
-from anydevice.ops.registry import all_ops
+from anydevice.ops.registry import all_ops, get_op
 from anydevice.ops.samples import error_samples, samples
 from anydevice.plugins import hookimpl
 from anydevice.plugins.manager import manager

@@ -19,18 +19,18 @@ import numpy as np
 import pytest
 
 import anydevice as ad
-from anydevice.engine import dispatch
-from anydevice.runtime import devices as _backend
 from anydevice.backend import KernelTable
+from anydevice.engine import dispatch
 from anydevice.errors import DeviceUnavailableError
 from anydevice.ops.registry import all_ops
 from anydevice.plugins import hookimpl
 from anydevice.plugins.manager import LOADED, manager
+from anydevice.runtime import devices as _backend
 
 pytest.importorskip("anydevice_cuda", reason="anydevice-cuda is not installed (pip install -e backends/cuda)")
-from anydevice_cuda import diagnose  # noqa: E402
-
 from fakes import FakePlugin, installed  # noqa: E402
+
+from anydevice_cuda import diagnose  # noqa: E402
 
 
 # --- plugin, device strings, reasons -----------------------------------------------------------

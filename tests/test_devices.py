@@ -1,9 +1,8 @@
 import pytest
+from fakes import FakePlugin, HostRuntime, RaisingPlugin, installed
 
 import anydevice as ad
 from anydevice.errors import DeviceUnavailableError
-
-from fakes import FakePlugin, HostRuntime, RaisingPlugin, installed
 
 
 def test_cpu_strings_resolve_to_one_device():

@@ -2,12 +2,11 @@ import warnings
 
 import numpy as np
 import pytest
+from fakes import FakePlugin, HostRuntime, installed
 
 import anydevice as ad
 from anydevice import dispatch
 from anydevice.errors import FallbackError
-
-from fakes import FakePlugin, HostRuntime, installed
 
 
 @pytest.fixture

@@ -1,9 +1,8 @@
 """Bad input gets a clear error naming what was wrong and what is allowed, never a bare numpy traceback."""
 import pytest
+from fakes import FakePlugin, HostRuntime, installed
 
 import anydevice as ad
-
-from fakes import FakePlugin, HostRuntime, installed
 
 X = ad.ones((2, 3))
 CASES = [

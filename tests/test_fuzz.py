@@ -2,14 +2,13 @@
 import gc
 
 import numpy as np
+from fakes import HostRuntime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import anydevice as ad
 from anydevice.allocator import CachingAllocator
 from anydevice.ops.registry import broadcast_shapes
-
-from fakes import HostRuntime
 
 sizes = st.one_of(st.integers(1, 4096), st.integers(60_000, 70_000), st.integers(1 << 20, 5 << 20))
 ops = st.lists(st.tuples(st.booleans(), sizes, st.integers(0, 30)), min_size=1, max_size=60)

@@ -13,7 +13,6 @@ import math
 import os
 import subprocess
 import sys
-import textwrap
 import warnings
 
 import ml_dtypes

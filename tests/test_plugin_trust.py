@@ -8,15 +8,14 @@ import sys
 
 import numpy as np
 import pytest
+from fakes import FakePlugin, HostRuntime, RaisingPlugin, installed
+from plugin_dists import make_dist, plugin_source, run_cli, run_python
 
 import anydevice as ad
 from anydevice.backend import DeviceTypeSpec, KernelTable
 from anydevice.errors import DeviceUnavailableError, PluginError
 from anydevice.plugins import hookimpl
 from anydevice.plugins.manager import FAILED, LOADED, READY
-
-from fakes import FakePlugin, HostRuntime, RaisingPlugin, installed
-from plugin_dists import make_dist, plugin_source, run_cli, run_python
 
 SIM = "anydevice-sim-npu"
 pytestmark = pytest.mark.filterwarnings("ignore::anydevice.dispatch.FallbackWarning")

@@ -3,11 +3,10 @@ import sys
 import textwrap
 
 import pytest
+from fakes import FakePlugin, RaisingPlugin, installed
 
 import anydevice as ad
 from anydevice.plugins.manager import FAILED, LOADED, SKIPPED, PluginRecord, manager
-
-from fakes import FakePlugin, RaisingPlugin, installed
 
 
 def test_cpu_discovered_through_entry_point():

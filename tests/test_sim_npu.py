@@ -13,10 +13,10 @@ import pytest
 pytest.importorskip("anydevice_sim_npu")
 
 import anydevice as ad  # noqa: E402
-from anydevice.runtime import devices  # noqa: E402
-from anydevice.runtime import devices as _backend
 from anydevice.device import Event, Stream, stream_guard  # noqa: E402
 from anydevice.engine.tensor import _wrap  # noqa: E402
+from anydevice.runtime import devices  # noqa: E402
+from anydevice.runtime import devices as _backend
 from anydevice_sim_npu import faults, profiles  # noqa: E402
 
 MiB = 1 << 20

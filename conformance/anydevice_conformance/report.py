@@ -152,7 +152,7 @@ class Report:
             f.write(self.to_json())
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Report":
+    def from_dict(cls, d: dict) -> Report:
         cases = []
         for c in d["cases"]:
             c = dict(c)
@@ -165,7 +165,7 @@ class Report:
                    d.get("unusable", ()), d.get("unavailable", ()), d.get("no_fallback", False))
 
     @classmethod
-    def read_json(cls, path) -> "Report":
+    def read_json(cls, path) -> Report:
         with open(path, encoding="utf-8") as f:
             return cls.from_dict(json.load(f))
 

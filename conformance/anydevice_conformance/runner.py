@@ -367,8 +367,8 @@ def _summarize(op, device, dtype_name, check, results, path, seconds):
 
 def run_op(op, device, dtype, checks=None) -> list:
     """Every planned check of ``op`` at ``dtype`` on ``device``; a list of CaseResult."""
-    from anydevice import dtypes as _dt
     from anydevice import dispatch
+    from anydevice import dtypes as _dt
     from anydevice.devices import as_device
     from anydevice.ops.samples import rng_for, samples
 

@@ -11,7 +11,6 @@ import numpy as np
 
 from . import runner
 
-
 #: Device properties that tell one device model from another (with any ``*version*`` or ``*driver*`` key).
 IDENTITY_KEYS = ("name", "model", "vendor", "platform", "compute_capability", "dtypes")
 

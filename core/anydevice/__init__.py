@@ -10,14 +10,40 @@ Backends are plugins discovered from entry points in group ``anydevice.backends`
 from __future__ import annotations
 
 import math as _math
-
 import sys as _sys
 
 from anydevice.api import *  # noqa: F401,F403 - the op functions and creation
 from anydevice.base import dtypes as _dt
-from anydevice.base.dtypes import DType, bfloat16, can_cast, complex64, complex128, float16, float32, float64, int8, int16, int32, int64, isdtype, result_type, uint8, uint16, uint32, uint64
+from anydevice.base.dtypes import (
+    DType,
+    bfloat16,
+    can_cast,
+    complex64,
+    complex128,
+    float16,
+    float32,
+    float64,
+    int8,
+    int16,
+    int32,
+    int64,
+    isdtype,
+    result_type,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+)
 from anydevice.base.dtypes import bool_ as bool  # noqa: A001 - Array API name
-from anydevice.base.errors import AnyDeviceError, DeviceError, DeviceUnavailableError, FallbackError, OutOfMemoryError, PluginError, UnsupportedError
+from anydevice.base.errors import (
+    AnyDeviceError,
+    DeviceError,
+    DeviceUnavailableError,
+    FallbackError,
+    OutOfMemoryError,
+    PluginError,
+    UnsupportedError,
+)
 from anydevice.engine import methods as _methods
 from anydevice.engine.dispatch import FallbackWarning, fallback_counts
 from anydevice.engine.graph import enable_grad, is_grad_enabled, no_grad, set_grad_enabled

@@ -188,9 +188,9 @@ def run(outdir: str, budget: float = 150.0, device: str = "cuda:0", sizes=(4096,
         return _write(outdir, report)
     import cupy as cp
 
-    from .plugin import environment
-
     from anydevice.devices import as_device
+
+    from .plugin import environment
 
     d = as_device(device)
     props = ad.device.get_device_properties(d)

@@ -202,7 +202,7 @@ def expr_for(op: str, dt: str) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def arity(op: str) -> int:
     return 1 + max(int(k) for k in re.findall(r"x(\d)", next(iter(EXPR[op].values()))))
 
@@ -507,7 +507,7 @@ def _reduce_outs(dt: str) -> list:
     return sorted({dt, PARTIAL.get(dt, dt)} | ({"float16", "bfloat16"} if dt == "float32" else set()))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def generic_family(dt: str, fp64: bool) -> frozenset:
     """The specs of ``dt``'s generic program: one element-wise kernel per signature (casts to
     every dtype included), the two generic reductions per output dtype, a simple matmul, and
@@ -531,7 +531,7 @@ def _take_arange(dt: str, fp64: bool) -> list:
     return specs + ([("take", dt, i) for i in ("int32", "int64")] if dt in BITS else [])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def family(dt: str, fp64: bool) -> frozenset:
     """The specs of ``dt``'s specialized program: every element-wise op in every mode, casts to
     every dtype, (bit types) strided copies and take, each reduction kind per work-group size,

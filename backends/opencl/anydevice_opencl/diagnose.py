@@ -9,7 +9,6 @@ import hashlib
 import os
 import re
 import tempfile
-
 from typing import NamedTuple
 
 #: What to install when the CPU device's PoCL is too old, or there is no OpenCL driver at all.

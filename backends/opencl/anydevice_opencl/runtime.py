@@ -148,7 +148,7 @@ class ProgramCache:
         d = os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "anydevice", "opencl")
         return None if d.lower() in ("off", "0", "none") else d
 
-    def kernel(self, rt: "OpenClRuntime", index: int, spec: tuple, device=None) -> Launcher:
+    def kernel(self, rt: OpenClRuntime, index: int, spec: tuple, device=None) -> Launcher:
         """The kernel of ``spec`` on (physical) device ``index``, its program built on first use;
         ``device`` (the user-visible device) names it in a build failure."""
         k = self.kernels.get((index, spec))
@@ -173,7 +173,7 @@ class ProgramCache:
         binary makes it code-generate every kernel of the program (seconds for a family)."""
         return "portable computing language" not in dev.platform.name.lower()
 
-    def _program(self, rt: "OpenClRuntime", index: int, src: str, options: tuple, device=None) -> cl.Program:
+    def _program(self, rt: OpenClRuntime, index: int, src: str, options: tuple, device=None) -> cl.Program:
         ctx, dev, opts = rt.contexts[index], rt.devices[index], list(options)
         ident = "\n".join([src, " ".join(opts), dev.platform.name, dev.platform.version, dev.name,
                            dev.driver_version, cl.VERSION_TEXT])

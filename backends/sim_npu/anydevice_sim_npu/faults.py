@@ -110,8 +110,7 @@ def _arm(rt, index, kind, after, where):
 
 
 def _locate(device):
-    from anydevice.runtime.devices import get_backend
-    from anydevice.runtime.devices import as_device
+    from anydevice.runtime.devices import as_device, get_backend
 
     d = as_device(device)
     rt = d._backend.runtime

@@ -13,6 +13,7 @@ composite ops that use them decompose on-device as far as the dispatcher can.
 from __future__ import annotations
 
 import numpy as np
+
 from anydevice.backend import KernelTable
 from anydevice.ops.registry import broadcast_shapes, get_op, primitives
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+
 from anydevice.backend import Runtime
 from anydevice.errors import DeviceError
 

@@ -1,7 +1,18 @@
 """The functional namespace: every registry op as a function, plus array creation from data."""
 from __future__ import annotations
 
-from anydevice.engine.creation import asarray, empty, empty_like, from_dlpack, full_like, ones, ones_like, to_tensor, zeros, zeros_like
+from anydevice.engine.creation import (
+    asarray,
+    empty,
+    empty_like,
+    from_dlpack,
+    full_like,
+    ones,
+    ones_like,
+    to_tensor,
+    zeros,
+    zeros_like,
+)
 from anydevice.engine.dispatch import op_function
 from anydevice.engine.tensor import Tensor, to_device  # noqa: F401 - re-exported
 from anydevice.ops.registry import all_ops, get_op

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import contextlib
 
-from anydevice.runtime import devices as _backend
-from anydevice.runtime.devices import get_backend
-from anydevice.runtime.streams import Event, Stream
-from anydevice.runtime import streams as _streams
-from anydevice.runtime.devices import Device, as_device, current_device, device_guard, get_device, set_device
 from anydevice.base.errors import DeviceUnavailableError
+from anydevice.runtime import devices as _backend
+from anydevice.runtime import streams as _streams
+from anydevice.runtime.devices import Device, as_device, current_device, device_guard, get_backend, get_device, set_device
 from anydevice.runtime.plugins import manager
+from anydevice.runtime.streams import Event, Stream
 
 __all__ = [
     "Device", "Event", "Stream", "set_device", "get_device", "device_guard", "get_all_device_type",

@@ -21,8 +21,8 @@ def all_reduce(tensors: list, op: str = "sum") -> list:
     :param op: ``"sum"``, ``"max"``, ``"min"`` or ``"prod"``.
     :return: a list of new tensors, ``result[i]`` on ``tensors[i].device``.
     """
-    from anydevice.runtime.plugins import manager
     from anydevice.engine.tensor import _wrap
+    from anydevice.runtime.plugins import manager
 
     _validate(tensors, op)
     first = tensors[0]

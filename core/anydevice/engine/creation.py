@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from anydevice.base import dtypes as _dt
-from anydevice.engine.dispatch import full_like, ones_like, op_function, xp, zeros_like
+from anydevice.engine.dispatch import full_like, ones_like, xp, zeros_like
 from anydevice.engine.tensor import Tensor, _wrap
 from anydevice.runtime.devices import as_device
 

@@ -19,14 +19,14 @@ import threading
 import time
 import warnings
 
-from anydevice.engine import graph as _ag
 from anydevice.base import dtypes as _dt
 from anydevice.base.errors import FallbackError, PluginError
-from anydevice.runtime.contract import DeviceArray
-from anydevice.runtime.devices import as_device
+from anydevice.engine import graph as _ag
 from anydevice.engine.tensor import Tensor, _detached, _wrap
 from anydevice.ops import load_all
 from anydevice.ops.registry import all_ops, check_category, get_op
+from anydevice.runtime.contract import DeviceArray
+from anydevice.runtime.devices import as_device
 
 NATIVE, DECOMPOSED, FALLBACK = "native", "decomposed", "fallback"
 _MODES = ("warn", "silent", "error")

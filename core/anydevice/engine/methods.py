@@ -111,7 +111,7 @@ _SCALARS = (int, float, bool, complex)
 _scalar_bufs: dict = {}
 
 
-def _scalar_buf(t: "Tensor", v):
+def _scalar_buf(t: Tensor, v):
     """A cached 0-d buffer holding ``v`` in ``t``'s dtype on ``t``'s device (None: not allowed)."""
     key = (t.device._ctx, t.dtype, type(v), v)
     buf = _scalar_bufs.get(key)

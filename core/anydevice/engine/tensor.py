@@ -18,7 +18,6 @@ import math
 import numpy as np
 
 from anydevice.engine import graph as _ag
-from anydevice.base import dtypes as _dt
 from anydevice.runtime.devices import as_device
 
 _new = object.__new__
@@ -68,7 +67,7 @@ class Tensor:
                 raise RuntimeError("requires_grad=False can only be set on a leaf tensor; use .detach()")
             self._node = None
 
-    def requires_grad_(self, value: bool = True) -> "Tensor":
+    def requires_grad_(self, value: bool = True) -> Tensor:
         self.requires_grad = value
         return self
 
@@ -101,7 +100,7 @@ class Tensor:
             raise RuntimeError("retain_grad() on a tensor that does not require grad")
         self._node.retain = True
 
-    def detach(self) -> "Tensor":
+    def detach(self) -> Tensor:
         return _detached(self)
 
     def clear_grad(self) -> None:
@@ -191,7 +190,7 @@ class Tensor:
             return fn(self._buf)
         return (1, 0)
 
-    def _rebind(self, result: "Tensor") -> None:
+    def _rebind(self, result: Tensor) -> None:
         if result.dtype is not self.dtype or result.shape != self.shape:
             raise TypeError(
                 f"in-place update would change {self.dtype.name}{list(self.shape)} into "

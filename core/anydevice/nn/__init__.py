@@ -60,7 +60,7 @@ class Module:
     def parameters(self) -> list:
         return [p for _, p in self.named_parameters()]
 
-    def to(self, device=None, dtype=None) -> "Module":
+    def to(self, device=None, dtype=None) -> Module:
         """Move (and/or cast) every parameter; returns ``self``.
 
         Parameters keep their identity (an optimizer built earlier still holds them), their

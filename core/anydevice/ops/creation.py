@@ -14,7 +14,6 @@ from anydevice.base import dtypes as _dt
 from anydevice.ops.registry import define
 
 
-
 def _scalar_dtype(v):
     if isinstance(v, bool):
         return _dt.bool_

@@ -13,7 +13,6 @@ from anydevice.base import dtypes as _dt
 from anydevice.ops.registry import define, elementwise_shape, same, to_bool, to_real
 
 
-
 def unbroadcast(xp, g, shape):
     """Sum ``g`` down to ``shape`` (the VJP of broadcasting)."""
     if g.shape == tuple(shape):

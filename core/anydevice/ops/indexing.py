@@ -13,7 +13,6 @@ from anydevice.base import dtypes as _dt
 from anydevice.ops.registry import check_index_range, define, normalize_axis, with_indices
 
 
-
 def _is_canonical(key) -> bool:
     return isinstance(key, tuple) and all(
         isinstance(e, tuple) and e and e[0] in ("s", "i", "n") for e in key

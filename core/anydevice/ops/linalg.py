@@ -7,7 +7,6 @@ import numpy as np
 from anydevice.ops.registry import broadcast_shapes, define, normalize_axis, same
 
 
-
 def _mm_shape(shapes, attrs):
     a, b = shapes
     if not a or not b:

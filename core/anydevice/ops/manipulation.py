@@ -11,7 +11,6 @@ from anydevice.ops.registry import broadcast_shapes, define, normalize_axes, nor
 from anydevice.ops.statistical import reduced_shape
 
 
-
 def _same(cat="all"):
     def rule(ds, attrs):
         return ds[0], ds[0]

@@ -7,7 +7,6 @@ import numpy as np
 from anydevice.ops.registry import check_index_range, define, normalize_axis, same, with_indices
 
 
-
 def _canon_axis(name):
     return lambda shapes, attrs: {**attrs, "axis": normalize_axis(attrs["axis"], max(len(shapes[0]), 1), name) if shapes[0] else 0}
 

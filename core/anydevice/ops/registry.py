@@ -19,11 +19,12 @@ meaningful), ``tolerance`` overrides with a reason, and ``errors`` (invalid-inpu
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from anydevice.base import dtypes as _dt
 
-_OPS: dict[str, "OpDef"] = {}
+_OPS: dict[str, OpDef] = {}
 
 
 class OpDef:

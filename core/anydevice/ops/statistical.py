@@ -7,7 +7,6 @@ from anydevice.base import dtypes as _dt
 from anydevice.ops.registry import define, normalize_axes, normalize_axis
 
 
-
 def _canon_axes(name, empty_ok=True):
     def canon(shapes, attrs):
         shape = shapes[0]

@@ -15,7 +15,17 @@ when a hook marker is first used.
 """
 from __future__ import annotations
 
-from anydevice.runtime.contract import API_VERSION, SUPPORTED_API_VERSIONS, Block, DeviceArray, DeviceTypeSpec, Kernel, KernelContext, KernelTable, Runtime
+from anydevice.runtime.contract import (
+    API_VERSION,
+    SUPPORTED_API_VERSIONS,
+    Block,
+    DeviceArray,
+    DeviceTypeSpec,
+    Kernel,
+    KernelContext,
+    KernelTable,
+    Runtime,
+)
 
 __all__ = ["API_VERSION", "SUPPORTED_API_VERSIONS", "Block", "DeviceArray", "DeviceTypeSpec", "Kernel",
            "KernelContext", "KernelTable", "Runtime", "hookimpl", "hookspec"]

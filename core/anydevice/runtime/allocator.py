@@ -21,8 +21,8 @@ import bisect
 import collections
 import itertools
 
-from anydevice.runtime.contract import Block
 from anydevice.base.errors import OutOfMemoryError
+from anydevice.runtime.contract import Block
 
 SMALL_LIMIT = 1 << 20
 QUICK_LIMIT = 64 << 10  # freed chunks up to this size wait in exact-size lists for fast reuse

@@ -48,8 +48,8 @@ and the error for an out-of-range index list them with reason and hint.
 from __future__ import annotations
 
 import math
-
-from typing import Any, Callable, Iterable, NamedTuple
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -130,7 +130,7 @@ class DeviceArray:
     def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
 
-    def view(self, shape: tuple, dtype: DType | None = None, offset: int = 0) -> "DeviceArray":
+    def view(self, shape: tuple, dtype: DType | None = None, offset: int = 0) -> DeviceArray:
         """Another array over the same memory (same block), e.g. for reshape."""
         return DeviceArray(self.block, tuple(shape), dtype or self.dtype, self.offset + offset)
 

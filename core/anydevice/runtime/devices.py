@@ -23,13 +23,13 @@ from typing import NamedTuple
 import numpy as np
 
 from anydevice.base import dtypes as _dt
-from anydevice.base.errors import DeviceUnavailableError, PluginError, UnsupportedError
+from anydevice.base.errors import DeviceUnavailableError, UnsupportedError
 from anydevice.runtime.allocator import CachingAllocator
 from anydevice.runtime.contract import DeviceArray, KernelContext, KernelTable
 from anydevice.runtime.plugins import CONFLICT, DISABLED, FAILED, READY, REFUSED, SKIPPED, UNAVAILABLE, manager
 
 _new_array = object.__new__
-_backends: dict[str, "Backend"] = {}
+_backends: dict[str, Backend] = {}
 _unavailable: dict[str, DeviceUnavailableError] = {}
 _lock = threading.RLock()
 
@@ -182,7 +182,7 @@ class Backend:
             return buf
         return self.from_host(index, np.full(shape, value, dtype=dtype.numpy), dtype)
 
-    def copy_to(self, buf, src_index: int, dst_backend: "Backend", dst_index: int, shape, dtype,
+    def copy_to(self, buf, src_index: int, dst_backend: Backend, dst_index: int, shape, dtype,
                 non_blocking: bool = False):
         """Copy a buffer to another device (same type: d2d/p2p; else through host). ``non_blocking``
         applies to the host-to-device leg; reading a device into host memory always completes first."""

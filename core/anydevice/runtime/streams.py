@@ -33,19 +33,19 @@ class Stream:
         self.synchronize()
         return True
 
-    def wait_event(self, event: "Event") -> None:
+    def wait_event(self, event: Event) -> None:
         be, i = self.device._backend, self.device.index
         if be.has("stream_wait_event") and event._handle is not None:
             be.runtime.stream_wait_event(be.phys(i), self.handle, event._handle)
         else:
             event.synchronize()
 
-    def wait_stream(self, other: "Stream") -> None:
+    def wait_stream(self, other: Stream) -> None:
         ev = Event(self.device)
         ev.record(other)
         self.wait_event(ev)
 
-    def record_event(self, event: "Event | None" = None) -> "Event":
+    def record_event(self, event: Event | None = None) -> Event:
         event = event or Event(self.device)
         event.record(self)
         return event
@@ -97,7 +97,7 @@ class Event:
         self.synchronize()
         return True
 
-    def elapsed_time(self, end: "Event") -> float:
+    def elapsed_time(self, end: Event) -> float:
         """Milliseconds between this event and ``end`` (both recorded)."""
         if not (self._recorded and end._recorded):
             raise ValueError("elapsed_time() needs both events recorded first")

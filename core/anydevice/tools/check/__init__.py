@@ -21,8 +21,20 @@ import math
 import sys
 import time
 
-from anydevice.tools.check.checks import CHECKS, FAILED, PASSED, SKIPPED, TIMED_OUT, UNAVAILABLE, CheckFailed, CheckResult, CheckSkipped, Target, run_one
 from anydevice.tools.check import environment as _environment
+from anydevice.tools.check.checks import (
+    CHECKS,
+    FAILED,
+    PASSED,
+    SKIPPED,
+    TIMED_OUT,
+    UNAVAILABLE,
+    CheckFailed,
+    CheckResult,
+    CheckSkipped,
+    Target,
+    run_one,
+)
 from anydevice.tools.check.render import render
 from anydevice.tools.check.report import Report, overall_verdict
 from anydevice.tools.check.runner import DEFAULT_TIMEOUT, Job, Runner

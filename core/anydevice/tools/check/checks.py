@@ -371,7 +371,8 @@ def _reference_step(w, b, x, y, lr, betas, eps):
 
 def check_training(t: Target):
     """One step of Linear(8, 4) → MSE → backward → Adam on the first device vs the same step on the host."""
-    from anydevice import nn, optim as optimizer
+    from anydevice import nn
+    from anydevice import optim as optimizer
 
     ad = _ad()
     dev = t.first

@@ -40,7 +40,6 @@ def environment() -> dict:
     import numpy as np
 
     import anydevice
-
     from anydevice.runtime.contract import API_VERSION, SUPPORTED_API_VERSIONS
 
     try:

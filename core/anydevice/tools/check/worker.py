@@ -15,7 +15,17 @@ import os
 import sys
 import warnings
 
-from anydevice.tools.check.checks import CHECKS, SKIPPED, UNAVAILABLE, CheckResult, Target, describe, jsonable, run_one, skip_reason
+from anydevice.tools.check.checks import (
+    CHECKS,
+    SKIPPED,
+    UNAVAILABLE,
+    CheckResult,
+    Target,
+    describe,
+    jsonable,
+    run_one,
+    skip_reason,
+)
 
 IMPORT, ENVIRONMENT, RUNTIME = "import", "environment", "runtime"
 
@@ -123,8 +133,8 @@ def _environment_of(rec, device_type: str) -> dict:
 
 
 def _check_type(ty: str, specs, quick: bool, rec, ch: Channel) -> None:
-    from anydevice.runtime import devices as _backend
     from anydevice.base.errors import DeviceUnavailableError
+    from anydevice.runtime import devices as _backend
 
     ch.start(ENVIRONMENT, ty)
     ch.send({"ev": "env", "type": ty, "facts": _environment_of(rec, ty)})
