@@ -68,3 +68,29 @@ def test_import_linter_contracts_hold():
                        timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert "0 broken" in r.stdout
+
+
+@pytest.mark.parametrize("old, new", [
+    ("anydevice.backend", "anydevice.runtime.contract"), ("anydevice.plugins.hookspecs", "anydevice.runtime.hookspecs"),
+    ("anydevice.plugins.manager", "anydevice.runtime.plugins"), ("anydevice.dtypes", "anydevice.base.dtypes"),
+    ("anydevice.errors", "anydevice.base.errors"), ("anydevice.devices", "anydevice.runtime.devices"),
+    ("anydevice._backend", "anydevice.runtime.devices"), ("anydevice.device", "anydevice.api.device"),
+    ("anydevice.optimizer", "anydevice.optim"), ("anydevice.profiler", "anydevice.tools.profiler"),
+    ("anydevice.cli", "anydevice.tools.cli"), ("anydevice.bench", "anydevice.tools.bench"),
+    ("anydevice.dispatch", "anydevice.engine.dispatch"), ("anydevice.allocator", "anydevice.runtime.allocator"),
+    ("anydevice.check", "anydevice.tools.check"),
+])
+def test_old_import_paths_are_the_new_modules(old, new):
+    import importlib
+
+    assert importlib.import_module(old) is importlib.import_module(new)
+
+
+def test_old_vendor_spellings_still_build_a_plugin():
+    from anydevice.backend import API_VERSION, DeviceTypeSpec, Runtime
+    from anydevice.plugins import hookimpl
+    from anydevice.runtime import Runtime as NewRuntime
+    from anydevice.runtime.markers import hookimpl as new_hookimpl
+
+    assert Runtime is NewRuntime and hookimpl is new_hookimpl
+    assert isinstance(API_VERSION, int) and DeviceTypeSpec("x").name == "x"

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import platform
 
-from anydevice.backend import API_VERSION, DeviceTypeSpec
-from anydevice.plugins import hookimpl
+from anydevice.runtime import API_VERSION, DeviceTypeSpec
+from anydevice.runtime.markers import hookimpl
 
 
 @hookimpl

@@ -188,7 +188,7 @@ def run(outdir: str, budget: float = 150.0, device: str = "cuda:0", sizes=(4096,
         return _write(outdir, report)
     import cupy as cp
 
-    from anydevice.devices import as_device
+    from anydevice.runtime.devices import as_device
 
     from .plugin import environment
 

@@ -50,7 +50,7 @@ def all_reduce(cupy, buffers: list, op: str):
     nccl = nccl_module()
     if nccl is None or len(buffers) < 2:
         return None
-    from anydevice import dtypes as _dt
+    from anydevice.base import dtypes as _dt
 
     devices = [int(b.device.id) for b in buffers]
     code = nccl_dtype(nccl, _dt.dtype(buffers[0].dtype).name)

@@ -19,7 +19,7 @@ import math
 import cupy as cp
 import numpy as np
 
-from anydevice.errors import OutOfMemoryError
+from anydevice.base.errors import OutOfMemoryError
 from anydevice.ops.indexing import to_numpy_key
 
 _BF16 = None
@@ -170,7 +170,7 @@ def _bf16_guard(name, fn):
 def _bf16_in_f32(via, a, kw):
     d = kw.get("dtype")
     if getattr(d, "name", None) == "bfloat16":  # creation ops: make float32, then round
-        from anydevice import dtypes as _dt
+        from anydevice.base import dtypes as _dt
 
         return via(*a, **{**kw, "dtype": _dt.float32}).astype(_BF16)
     return via(*a, **kw)

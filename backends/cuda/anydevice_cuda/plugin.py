@@ -5,9 +5,9 @@ so ``anydevice check`` can list the type (and the reason it is unavailable) on a
 """
 from __future__ import annotations
 
-from anydevice.backend import API_VERSION, DeviceTypeSpec
-from anydevice.errors import DeviceUnavailableError
-from anydevice.plugins import hookimpl
+from anydevice.base.errors import DeviceUnavailableError
+from anydevice.runtime import API_VERSION, DeviceTypeSpec
+from anydevice.runtime.markers import hookimpl
 
 #: DLPack device type code of CUDA memory (kDLCUDA).
 DLPACK_CUDA = 2

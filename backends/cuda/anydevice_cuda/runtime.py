@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from anydevice import dtypes as _dt
+from anydevice.base import dtypes as _dt
 
 from .diagnose import version_text
 

@@ -21,7 +21,7 @@ import itertools
 import numpy as np
 import pyopencl as cl
 
-from anydevice import dtypes as _dt
+from anydevice.base import dtypes as _dt
 from anydevice.ops.indexing import key_shape
 
 from . import codegen

@@ -7,9 +7,9 @@ Environment: ``ANYDEVICE_OPENCL_PLATFORM`` (platform name substring),
 """
 from __future__ import annotations
 
-from anydevice.backend import API_VERSION, DeviceTypeSpec
-from anydevice.errors import DeviceUnavailableError
-from anydevice.plugins import hookimpl
+from anydevice.base.errors import DeviceUnavailableError
+from anydevice.runtime import API_VERSION, DeviceTypeSpec
+from anydevice.runtime.markers import hookimpl
 
 
 @hookimpl

@@ -19,9 +19,9 @@ import time
 import numpy as np
 import pyopencl as cl
 
-from anydevice import dtypes as _dt
-from anydevice.backend import Runtime
-from anydevice.errors import DeviceError, DeviceUnavailableError
+from anydevice.base import dtypes as _dt
+from anydevice.base.errors import DeviceError, DeviceUnavailableError
+from anydevice.runtime import Runtime
 
 from . import codegen, diagnose
 

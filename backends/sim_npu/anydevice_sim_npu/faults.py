@@ -20,7 +20,7 @@ import difflib
 import os
 import warnings
 
-from anydevice.errors import DeviceUnavailableError
+from anydevice.base.errors import DeviceUnavailableError
 
 from .plugin import TYPES
 

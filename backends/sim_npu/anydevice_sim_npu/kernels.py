@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from anydevice.backend import KernelTable
 from anydevice.ops.registry import broadcast_shapes, get_op, primitives
+from anydevice.runtime import KernelTable
 
 #: Binary element-wise ops computed with a ufunc written straight into the output.
 UFUNCS = {

@@ -1,8 +1,8 @@
 """Plugin hooks of the simulated accelerators (entry points ``npu``, ``xpu``, ``dcu``)."""
 from __future__ import annotations
 
-from anydevice.backend import API_VERSION, DeviceTypeSpec
-from anydevice.plugins import hookimpl
+from anydevice.runtime import API_VERSION, DeviceTypeSpec
+from anydevice.runtime.markers import hookimpl
 
 from .profiles import PROFILES
 

@@ -22,8 +22,8 @@ import threading
 
 import numpy as np
 
-from anydevice.backend import Runtime
-from anydevice.errors import DeviceError
+from anydevice.base.errors import DeviceError
+from anydevice.runtime import Runtime
 
 from .streams import Marker, SimEvent, SimStream
 
@@ -309,7 +309,7 @@ class SimRuntime(Runtime):
                 "plugin": DIST}
 
     def dtypes(self, index: int):
-        from anydevice import dtypes as _dt
+        from anydevice.base import dtypes as _dt
 
         names = set(self.profile.dtypes)
         return [d for d in _dt.ALL_DTYPES if not names or d.name in names]
