@@ -37,6 +37,7 @@ from anydevice.base.dtypes import (
 from anydevice.base.dtypes import bool_ as bool  # noqa: A001 - Array API name
 from anydevice.base.errors import (
     AnyDeviceError,
+    CheckpointError,
     DeviceError,
     DeviceUnavailableError,
     FallbackError,
@@ -48,6 +49,7 @@ from anydevice.engine import methods as _methods
 from anydevice.engine.dispatch import FallbackWarning, fallback_counts
 from anydevice.engine.graph import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from anydevice.engine.tensor import Tensor
+from anydevice.io import load, save
 from anydevice.runtime.contract import API_VERSION
 from anydevice.runtime.devices import Device, device_guard, get_device, set_device
 

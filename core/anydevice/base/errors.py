@@ -40,3 +40,25 @@ class UnsupportedError(AnyDeviceError, NotImplementedError):
 
 class PluginError(AnyDeviceError):
     """A backend plugin broke its contract; the message names the plugin and the hook."""
+
+
+class AxisError(ValueError, IndexError):
+    """An axis argument outside ``[-ndim, ndim)`` (a 0-d array has no axes). A ValueError and an
+    IndexError, like numpy's ``AxisError``, so code written for either keeps working."""
+
+
+class CheckpointError(AnyDeviceError, ValueError):
+    """A checkpoint file cannot be loaded: truncated, corrupt or hostile (bad header, offsets
+    past the end or overlapping, unknown dtype, size mismatch, unknown metadata), or it names a
+    device that does not exist here. ``path`` is the file, ``problem`` what was wrong with it.
+
+    Raised before anything is returned: :func:`anydevice.load` validates the whole header
+    before it reads any tensor data.
+    """
+
+    def __init__(self, path: str = "", problem: str = ""):
+        super().__init__(f"cannot load checkpoint {path!r}: {problem}" if path else problem)
+        self.path, self.problem = path, problem
+
+    def __reduce__(self):
+        return (type(self), (self.path, self.problem))

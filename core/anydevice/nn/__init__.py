@@ -12,6 +12,8 @@ Parameters are ordinary tensors with ``requires_grad=True``, held as module attr
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import NamedTuple
 
 import numpy as np
 
@@ -82,17 +84,32 @@ class Module:
         """``{name: numpy array}`` of every parameter (host copies)."""
         return {n: p.numpy() for n, p in self.named_parameters()}
 
-    def load_state_dict(self, state: dict) -> None:
-        """Set parameters from host arrays of the same shapes, keeping each parameter's device and dtype."""
+    def load_state_dict(self, state: dict, strict: bool = True) -> LoadResult:
+        """Set parameters from ``state`` (``{name: numpy array or Tensor}``, as :meth:`state_dict` or
+        :func:`anydevice.load` give), keeping each parameter's device and dtype.
+
+        ``strict=True``: a missing or unexpected key is a ``KeyError`` listing all of them (and any
+        shape mismatch); ``strict=False`` loads the names both sides have. A shape mismatch is a
+        ``ValueError`` naming the key and both shapes. Every value is checked and converted before
+        any parameter is set, so on an error the module is unchanged. Returns the missing and
+        unexpected keys.
+        """
+        if not isinstance(state, Mapping):
+            raise TypeError(f"load_state_dict(): state must be a mapping of names to arrays, not {type(state).__name__}")
         params = dict(self.named_parameters())
-        missing, unexpected = sorted(set(params) - set(state)), sorted(set(state) - set(params))
-        if missing or unexpected:
-            raise KeyError(f"load_state_dict(): missing {missing}, unexpected {unexpected}; expected {sorted(params)}")
-        for name, p in params.items():
-            arr = np.asarray(state[name])
-            if tuple(arr.shape) != p.shape:
-                raise ValueError(f"load_state_dict(): {name} has shape {p.shape}, the state has {tuple(arr.shape)}")
-            _move(p, _api.asarray(arr, dtype=p.dtype, device=p.device))
+        values = {n: v if isinstance(v, Tensor) else np.asarray(v) for n, v in state.items() if n in params}
+        missing, unexpected = [n for n in params if n not in state], [k for k in state if k not in params]
+        shapes = [f"{n} has shape {params[n].shape} in the model but {tuple(v.shape)} in the state"
+                  for n, v in values.items() if tuple(v.shape) != params[n].shape]
+        if strict and (missing or unexpected):
+            raise KeyError(f"load_state_dict(): missing keys {missing}, unexpected keys {unexpected}"
+                           + "".join(f"; {s}" for s in shapes) + f"; the model's keys are {list(params)}; nothing was loaded")
+        if shapes:
+            raise ValueError(f"load_state_dict(): {'; '.join(shapes)}; nothing was loaded")
+        new = {n: _api.asarray(v, dtype=params[n].dtype, device=params[n].device) for n, v in values.items()}
+        for n, v in new.items():
+            _move(params[n], v)
+        return LoadResult(missing, unexpected)
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{n}={m!r}" for n, m in self.named_children())
@@ -100,6 +117,13 @@ class Module:
 
     def extra_repr(self) -> str:
         return ""
+
+
+class LoadResult(NamedTuple):
+    """What :meth:`Module.load_state_dict` did not match: parameters the state lacked, keys it had extra."""
+
+    missing_keys: list
+    unexpected_keys: list
 
 
 def _move(p: Tensor, value: Tensor) -> None:
