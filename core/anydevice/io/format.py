@@ -85,7 +85,7 @@ def write(path, items, metadata: dict) -> None:
                     raise RuntimeError(f"anydevice.save(): tensor {name!r} read back {arr.nbytes} bytes, expected {nbytes}")
                 _write_all(f, arr.reshape(-1).view(np.uint8))
                 del arr
-            os.fsync(f.fileno())
+            _datasync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -94,6 +94,9 @@ def write(path, items, metadata: dict) -> None:
             pass
         raise
     _fsync_folder(folder)
+
+
+_datasync = getattr(os, "fdatasync", os.fsync)  # data and size, not timestamps (fsync where absent)
 
 
 def _write_all(f, view) -> None:
