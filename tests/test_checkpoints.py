@@ -138,6 +138,11 @@ def test_unsupported_objects_are_refused_before_a_file_is_written(tmp_path):
     loop.append(loop)
     with pytest.raises(ValueError, match=r"obj\[0\] contains itself"):
         ad.save(loop, p)
+    deep = []
+    for _ in range(5000):
+        deep = [deep]
+    with pytest.raises(ValueError, match="nested too deeply"):
+        ad.save(deep, p)
     with pytest.raises(TypeError, match="numpy dtype object"):
         ad.save({"o": np.array([object()])}, p)
     assert os.listdir(tmp_path) == []
@@ -240,6 +245,7 @@ def _variants(data: bytes):
     yield "wrong dtype in metadata", edit(lambda h: None, meta=json.dumps(
         {k: {"$tensor": {"name": k, "dtype": "int32", "device": "cpu:0"}} for k in names})), "cannot hold int32 data", False
     yield "deep nesting", edit(lambda h: None, meta="[" * 100_000 + "]" * 100_000), "nested too deeply", False
+    yield "deep structure", edit(lambda h: None, meta="[" * 700 + "]" * 700), "structure metadata is nested too deeply", False
     yield "newer format", edit(lambda h: h["__metadata__"].update({"anydevice.format": "9"})), "format '9'", False
     yield "duplicate key", _pack(data[8:8 + n].replace(b'"shape"', b'"dtype":"F32","shape"', 1), body), "appears twice", False
 
@@ -266,7 +272,7 @@ def test_every_corrupt_file_gives_a_clear_error_and_a_model_loaded_from_it_is_un
             with pytest.raises(Exception):  # noqa: B017 - the library's error types vary by version
                 safetensors_numpy.load_file(p)
         seen.add(name)
-    assert len(seen) == 27
+    assert len(seen) == 28
 
 
 def test_a_bool_tensor_holding_other_bytes_is_refused(tmp_path):

@@ -44,7 +44,10 @@ def save(obj, path) -> None:
     temporary file is removed and an existing file at ``path`` is left as it was.
     """
     enc = Encoder()
-    tree = enc.encode(obj)
+    try:
+        tree = enc.encode(obj)
+    except RecursionError:
+        raise ValueError("anydevice.save(): obj is nested too deeply for a checkpoint (Python's recursion limit)") from None
     metadata = {_VERSION_KEY: FORMAT_VERSION, _KEY: _json(tree)}
     _fmt.write(path, [_item(name, v) for name, v in enc.arrays], metadata)
 
@@ -135,7 +138,10 @@ def _structure(meta: dict, entries, dec: Decoder, fail):
     if version != FORMAT_VERSION:
         raise fail(f"the file is anydevice checkpoint format {version!r}; this anydevice reads format {FORMAT_VERSION!r}")
     tree = _fmt.parse_json(meta[_KEY], "structure metadata", fail)
-    dec.decode(tree)
+    try:
+        dec.decode(tree)
+    except RecursionError:
+        raise fail("the structure metadata is nested too deeply") from None
     unused = [e.name for e in entries if e.name not in dec.refs]
     if unused:
         raise fail(f"tensors {unused[:5]} are in the file but not in its structure metadata")

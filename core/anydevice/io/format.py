@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import secrets
 import sys
 
 import numpy as np
@@ -72,7 +71,7 @@ def write(path, items, metadata: dict) -> None:
     head += b" " * (-len(head) % 8)
     path = os.fspath(path)
     folder, base = os.path.split(os.path.abspath(path))
-    tmp = os.path.join(folder, f".{base}.{secrets.token_hex(6)}.tmp")
+    tmp = os.path.join(folder, f".{base}.{os.urandom(6).hex()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
         with os.fdopen(fd, "wb", buffering=0) as f:
