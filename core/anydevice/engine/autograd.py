@@ -29,8 +29,13 @@ def _toposort(root: Node) -> list:
     return order[::-1]
 
 
-def backward(tensor, grad=None) -> None:
-    """Accumulate d(tensor)/d(leaf) into every leaf's ``.grad``."""
+def backward(tensor, grad=None, retain_graph: bool = False) -> None:
+    """Accumulate d(tensor)/d(leaf) into every leaf's ``.grad``.
+
+    The values the graph saved for its gradients are freed afterwards, so memory returns and
+    a second ``backward()`` through the same graph raises; ``retain_graph=True`` keeps them
+    for another call.
+    """
     node = tensor._node
     if node is None:
         raise RuntimeError(
@@ -48,23 +53,37 @@ def backward(tensor, grad=None) -> None:
         grad = asarray(grad, dtype=tensor.dtype, device=tensor.device)
     if grad.shape != tensor.shape:
         raise ValueError(f"backward(): grad has shape {grad.shape}, the tensor has {tensor.shape}")
+    order = _toposort(node)
+    used = next((n for n in order if n.op is not None and n.inputs is None), None)
+    if used is not None:
+        raise RuntimeError(
+            f"backward(): the graph through {used.op.name} was already used by an earlier backward(), which freed "
+            "the values it saved; pass retain_graph=True to the first backward() to call it again, or compute "
+            "the result again"
+        )
     grads = {id(node): grad}
     with no_grad():
-        for n in _toposort(node):
+        for n in order:
             g = grads.pop(id(n), None)
-            if g is None:
-                continue
-            if n.op is None or n.retain:
+            if g is not None and (n.op is None or n.retain):
                 n.grad = g if n.grad is None else n.grad + g
-                if n.op is None:
-                    continue
-            in_grads = n.op.vjp(xp, g, n.inputs, n.out, **n.attrs)
-            if not isinstance(in_grads, (tuple, list)):
-                in_grads = (in_grads,)
-            for p, gi, dt in zip(n.parents, in_grads, n.in_dtypes):
-                if p is None or gi is None:
-                    continue
-                if gi.dtype is not dt:
-                    gi = xp.astype(gi, dt)
-                prev = grads.get(id(p))
-                grads[id(p)] = gi if prev is None else prev + gi
+            if n.op is None:
+                continue
+            if g is not None:
+                _propagate(n, g, grads)
+            if not retain_graph:
+                n.inputs = n.out = None
+
+
+def _propagate(n: Node, g, grads: dict) -> None:
+    """Send the gradient ``g`` of node ``n``'s output to its parents (summed per parent)."""
+    in_grads = n.op.vjp(xp, g, n.inputs, n.out, **n.attrs)
+    if not isinstance(in_grads, (tuple, list)):
+        in_grads = (in_grads,)
+    for p, gi, dt in zip(n.parents, in_grads, n.in_dtypes):
+        if p is None or gi is None:
+            continue
+        if gi.dtype is not dt:
+            gi = xp.astype(gi, dt)
+        prev = grads.get(id(p))
+        grads[id(p)] = gi if prev is None else prev + gi

@@ -25,12 +25,22 @@ def asarray(obj, dtype=None, device=None, copy=None) -> Tensor:
 
     Python floats become float32 and Python ints int64 unless ``dtype`` says otherwise;
     numpy arrays keep their dtype.
+
+    ``copy=True`` always gives a new tensor; ``copy=None`` returns a Tensor ``obj`` itself when it
+    already has the dtype and device asked for; ``copy=False`` does the same or raises. Host data
+    (numpy arrays, lists, DLPack producers) is always copied to the device, never aliased (buffers
+    are immutable), so ``copy=False`` raises ``ValueError`` for it.
     """
     dev = as_device(device)
     d = _dt.dtype(dtype) if dtype is not None else None
     if isinstance(obj, Tensor):
-        t = obj if d is None or obj.dtype is d else xp.astype(obj, d)
-        return t if device is None else t.to(dev)
+        return _from_tensor(obj, obj.dtype if d is None else d, obj.device if device is None else dev, copy)
+    if copy is False:
+        raise ValueError(
+            f"asarray(copy=False): a {type(obj).__module__}.{type(obj).__name__} cannot become a tensor without a "
+            "copy (anydevice never aliases memory it does not own, which keeps tensor buffers immutable); "
+            "pass copy=None or copy=True"
+        )
     if hasattr(obj, "__dlpack__") and not isinstance(obj, (np.ndarray, np.generic)) and type(obj).__module__.split(".")[0] in ("cupy", "torch"):
         obj = np.from_dlpack(obj) if getattr(obj, "__dlpack_device__", lambda: (1, 0))()[0] == 1 else obj
     try:
@@ -45,6 +55,18 @@ def asarray(obj, dtype=None, device=None, copy=None) -> Tensor:
         raise TypeError(f"asarray(): complex data cannot become {d.name}")
     be = dev._backend
     return _wrap(be.from_host(dev.index, arr, d), tuple(arr.shape), d, dev)
+
+
+def _from_tensor(x: Tensor, d, dev, copy) -> Tensor:
+    if copy is False and (d is not x.dtype or dev is not x.device):
+        raise ValueError(
+            f"asarray(copy=False): the tensor is {x.dtype.name} on {x.device}; making it {d.name} on {dev} needs a "
+            "copy; pass copy=None or copy=True"
+        )
+    t = x
+    if d is not x.dtype or (copy and dev is x.device):
+        t = xp.astype(x, d, copy=True)  # an op, so a copy of a tensor in a graph stays differentiable
+    return t if dev is t.device else t.to(dev)
 
 
 to_tensor = asarray

@@ -26,7 +26,7 @@ from anydevice.engine.tensor import Tensor, _detached, _wrap
 from anydevice.ops import load_all
 from anydevice.ops.registry import all_ops, check_category, get_op
 from anydevice.runtime.contract import DeviceArray
-from anydevice.runtime.devices import as_device
+from anydevice.runtime.devices import Device, as_device
 
 NATIVE, DECOMPOSED, FALLBACK = "native", "decomposed", "fallback"
 _MODES = ("warn", "silent", "error")
@@ -259,12 +259,25 @@ def apply(op, inputs, attrs):
     return result
 
 
+_PLAIN = (type(None), bool, int, float, complex, str, _dt.DType, type(Ellipsis))
+
+
+def _plain(v) -> bool:
+    """A value a cache key may hold: no tensor or other object that could keep memory alive."""
+    t = type(v)
+    if t is tuple:
+        return all(_plain(e) for e in v)
+    return t in _PLAIN or t is Device
+
+
 def _dtypes_of(op, in_dtypes, attrs):
-    """The op's dtype rule and category check, cached per (input dtypes, attribute values)."""
-    try:
-        key = (tuple(in_dtypes), tuple(attrs.values()))
+    """The op's dtype rule and category check, cached per (input dtypes, attribute values) when
+    every attribute value is plain (never a tensor: a cache must not keep device memory alive)."""
+    values = tuple(attrs.values())
+    if _plain(values):
+        key = (tuple(in_dtypes), values)
         hit = op.dtype_cache.get(key)
-    except TypeError:  # an unhashable attribute (a list): no caching
+    else:
         key = hit = None
     if hit is not None:
         return hit

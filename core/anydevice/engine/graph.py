@@ -48,7 +48,11 @@ def enable_grad(fn=None):
 
 
 class Node:
-    """One recorded op application (``op`` is None for a leaf that requires grad)."""
+    """One recorded op application (``op`` is None for a leaf that requires grad).
+
+    ``inputs`` and ``out`` are the values saved for the op's VJP; ``backward()`` sets both to
+    None once it has used them (unless ``retain_graph=True``), which returns their memory and
+    marks the node as used."""
 
     __slots__ = ("op", "attrs", "inputs", "out", "parents", "in_dtypes", "grad", "retain")
 

@@ -19,7 +19,7 @@ from anydevice.engine.dispatch import xp
 from anydevice.engine.tensor import Tensor, _new, to_device
 from anydevice.ops.indexing import canonical_key
 from anydevice.ops.registry import get_op
-from anydevice.runtime.devices import as_device
+from anydevice.runtime.devices import as_device, register_cache
 
 
 # --- methods ------------------------------------------------------------------------------------
@@ -33,9 +33,12 @@ def _mT(self) -> Tensor:
     return xp.matrix_transpose(self)
 
 
-def backward(self, grad=None) -> None:
-    """Accumulate the gradient of this tensor into every leaf's ``.grad``."""
-    _autograd.backward(self, grad)
+def backward(self, grad=None, retain_graph: bool = False) -> None:
+    """Accumulate the gradient of this tensor into every leaf's ``.grad``.
+
+    The graph's saved values are freed afterwards, so a second ``backward()`` through it raises;
+    pass ``retain_graph=True`` to keep them for another call."""
+    _autograd.backward(self, grad, retain_graph)
 
 
 def to(self, device=None, dtype=None, non_blocking: bool = False) -> Tensor:
@@ -128,7 +131,57 @@ def _scalar_buf(t: Tensor, v):
     return buf
 
 
-def _binop(opname: str, reflected: bool = False):
+def _type_name(x) -> str:
+    t = type(x)
+    return t.__name__ if t is Tensor else f"{t.__module__.split('.')[0]}.{t.__name__}"
+
+
+def _mixing_error(expr: str, other) -> TypeError:
+    return TypeError(
+        f"{expr}: anydevice does not combine tensors with {_type_name(other)} implicitly (the "
+        "result would leave the device and the autograd graph); convert it first with "
+        "anydevice.asarray(arr, device=t.device), or compute on the host with np.asarray(t). "
+        "Operands can be tensors and Python or numpy scalars (or 0-d numpy arrays)"
+    )
+
+
+def _numpy_scalar(x):
+    """A numpy bool/int/float/complex scalar as the Python scalar of its kind (None otherwise):
+    operators treat ``np.float32(2)`` like ``2.0``. A 0-d numpy array counts as a scalar too,
+    since numpy itself turns a scalar into one before comparing it (``np.float32(2) < t``)."""
+    if isinstance(x, (np.generic, np.ndarray)) and x.ndim == 0 and x.dtype.kind in "biufc":
+        v = x.item()
+        if type(v) in _SCALARS:
+            return v
+    return None
+
+
+def _operand(other, left: bool, symbol: str):
+    """``other`` as an operator operand (a Tensor or a Python scalar); NotImplemented lets Python
+    try ``other``'s operator; arrays of other libraries raise."""
+    if isinstance(other, Tensor):
+        return other
+    v = _numpy_scalar(other)
+    if v is not None:
+        return v
+    if isinstance(other, (np.ndarray, np.generic)) or hasattr(other, "__array__") or hasattr(
+            other, "__array_interface__"):
+        name = _type_name(other)
+        raise _mixing_error(f"Tensor {symbol} {name}" if left else f"{name} {symbol} Tensor", other)
+    return NotImplemented
+
+
+def _drop_scalar_bufs(device) -> None:
+    """Forget the cached scalar buffers of ``device`` (``empty_cache()`` calls this first)."""
+    ctx = device._ctx
+    for key in [k for k in list(_scalar_bufs) if k[0] is ctx]:
+        _scalar_bufs.pop(key, None)
+
+
+register_cache(_drop_scalar_bufs)
+
+
+def _binop(opname: str, reflected: bool = False, symbol: str = ""):
 
 
     op = get_op(opname)
@@ -138,6 +191,11 @@ def _binop(opname: str, reflected: bool = False):
 
     def fwd(self, other):
         t_other = type(other)
+        if t_other is not Tensor and t_other not in _SCALARS:
+            other = _operand(other, True, symbol)
+            if other is NotImplemented:
+                return NotImplemented
+            t_other = type(other)
         if t_other is Tensor:
             plan = fast.get((self.device._ctx, self.dtype))
             if (plan is not None and other.dtype is self.dtype and other.device is self.device
@@ -156,11 +214,13 @@ def _binop(opname: str, reflected: bool = False):
                     t._buf = plan[0](self.device._ctx, self._buf, buf)
                     t.shape, t.dtype, t.device, t._node = self.shape, plan[1], self.device, None
                     return t
-        elif not isinstance(other, Tensor):
-            return NotImplemented
         return apply(op, [self, other], {})
 
     def rev(self, other):
+        if type(other) not in _SCALARS:
+            other = _operand(other, False, symbol)
+            if other is NotImplemented:
+                return NotImplemented
         if type(other) in _SCALARS:
             plan = fast.get((self.device._ctx, self.dtype))
             if plan is not None and not observers and (self._node is None or not _ag.is_grad_enabled()):
@@ -170,15 +230,13 @@ def _binop(opname: str, reflected: bool = False):
                     t._buf = plan[0](self.device._ctx, buf, self._buf)
                     t.shape, t.dtype, t.device, t._node = self.shape, plan[1], self.device, None
                     return t
-        elif not isinstance(other, Tensor):
-            return NotImplemented
         return apply(op, [other, self], {})
 
     return rev if reflected else fwd
 
 
-def _inplace(opname: str):
-    fwd = _binop(opname)
+def _inplace(opname: str, symbol: str = ""):
+    fwd = _binop(opname, symbol=symbol)
 
     def inplace(self, other):
         result = fwd(self, other)
@@ -188,6 +246,49 @@ def _inplace(opname: str):
         return self
 
     return inplace
+
+
+# --- numpy's ufuncs ------------------------------------------------------------------------------
+_UFUNC_OPS = {
+    "add": "add", "subtract": "subtract", "multiply": "multiply", "divide": "divide", "floor_divide": "floor_divide",
+    "remainder": "remainder", "power": "pow", "matmul": "matmul", "bitwise_and": "bitwise_and",
+    "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor", "left_shift": "bitwise_left_shift",
+    "right_shift": "bitwise_right_shift", "equal": "equal", "not_equal": "not_equal", "less": "less",
+    "less_equal": "less_equal", "greater": "greater", "greater_equal": "greater_equal",
+}
+
+
+def _ufunc_operand(x):
+    if isinstance(x, Tensor) or type(x) in _SCALARS:
+        return x
+    return _numpy_scalar(x)
+
+
+def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
+    """numpy calls this for ``ndarray ⊕ Tensor``, ``np.float32(2) * t`` and ``np.add(...)``.
+
+    The operators' ufuncs on tensors and scalars compute on the device like the Tensor
+    operators; anything involving a numpy array, or another ufunc, raises a TypeError that
+    says how to convert (numpy never turns a tensor into a host array on its own)."""
+    name = getattr(ufunc, "__name__", str(ufunc))
+    opname = _UFUNC_OPS.get(name)
+    if method == "__call__" and not kwargs and opname is not None and len(inputs) == 2:
+        args = [_ufunc_operand(x) for x in inputs]
+        if all(a is not None for a in args):
+            return _dispatch.apply(get_op(opname), args, {})
+    arrays = [x for x in inputs if _ufunc_operand(x) is None]
+    what = ", ".join(_type_name(x) for x in inputs)
+    call = f"numpy.{name}()" if method == "__call__" else f"numpy.{name}.{method}()"
+    if arrays:
+        expr = f"{call} on ({what})"
+        if opname is not None and method == "__call__":
+            expr += f" (what `ndarray {_OP_SYMBOLS[opname]} Tensor` calls)"
+        raise _mixing_error(expr, arrays[0])
+    fix = f"anydevice.{name}(t) on the device, or " if hasattr(xp, name) and method == "__call__" else ""
+    raise TypeError(
+        f"{call} does not compute on anydevice tensors (got {what}{', out=' if 'out' in kwargs else ''}); use "
+        f"{fix}numpy on a host copy: np.{name}(np.asarray(t))"
+    )
 
 
 def _unop(opname: str):
@@ -208,6 +309,12 @@ _BINARY = {
 }
 _COMPARE = {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal", "gt": "greater", "ge": "greater_equal"}
 _UNARY = {"neg": "negative", "pos": "positive", "abs": "abs", "invert": "bitwise_invert"}
+_SYMBOLS = {
+    "add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%", "pow": "**", "matmul": "@",
+    "and": "&", "or": "|", "xor": "^", "lshift": "<<", "rshift": ">>",
+    "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
+}
+_OP_SYMBOLS = {op: _SYMBOLS[dunder] for dunder, op in {**_BINARY, **_COMPARE}.items()}
 
 
 _METHODS = {
@@ -224,10 +331,12 @@ def install() -> None:
     for name, fn in _PROPERTIES.items():
         setattr(Tensor, name, property(fn))
     for dunder, name in _BINARY.items():
-        setattr(Tensor, f"__{dunder}__", _binop(name))
-        setattr(Tensor, f"__r{dunder}__", _binop(name, reflected=True))
-        setattr(Tensor, f"__i{dunder}__", _inplace(name))
+        sym = _SYMBOLS[dunder]
+        setattr(Tensor, f"__{dunder}__", _binop(name, symbol=sym))
+        setattr(Tensor, f"__r{dunder}__", _binop(name, reflected=True, symbol=sym))
+        setattr(Tensor, f"__i{dunder}__", _inplace(name, symbol=sym + "="))
     for dunder, name in _COMPARE.items():
-        setattr(Tensor, f"__{dunder}__", _binop(name))
+        setattr(Tensor, f"__{dunder}__", _binop(name, symbol=_SYMBOLS[dunder]))
+    Tensor.__array_ufunc__ = _array_ufunc
     for dunder, name in _UNARY.items():
         setattr(Tensor, f"__{dunder}__", _unop(name))

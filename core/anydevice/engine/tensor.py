@@ -171,6 +171,31 @@ class Tensor:
     def __hash__(self):
         return id(self)
 
+    def __reduce_ex__(self, protocol):
+        raise TypeError(
+            f"anydevice tensors cannot be pickled (this one is {self.dtype.name}{list(self.shape)} on {self.device}): "
+            "anydevice offers no pickle format for device memory. To save a tensor, copy it to the host and use "
+            "numpy: np.save(path, t.numpy()); load it with anydevice.asarray(np.load(path), device=...)"
+        )
+
+    def __copy__(self) -> Tensor:
+        return self.__deepcopy__({})
+
+    def __deepcopy__(self, memo) -> Tensor:
+        """A new tensor with the same values (buffers are immutable, so it may share this one's);
+        a leaf that requires grad gives a new leaf that requires grad, with a copy of ``.grad``."""
+        if not self.is_leaf:
+            raise RuntimeError(
+                "copy.copy()/copy.deepcopy() of a tensor computed in a recorded graph is not supported; "
+                "copy t.detach() instead (or a leaf tensor)"
+            )
+        out = _wrap(self._buf, self.shape, self.dtype, self.device)
+        if self._node is not None:
+            out._node = _ag.Node()
+            g = self._node.grad
+            out._node.grad = None if g is None else _detached(g)
+        memo[id(self)] = out
+        return out
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         be = self.device._backend

@@ -55,6 +55,15 @@ def visible_env_var(device_type: str) -> str:
     return f"ANYDEVICE_{device_type.upper()}_VISIBLE_DEVICES"
 
 
+_core_caches: list = []
+
+
+def register_cache(drop) -> None:
+    """Have ``empty_cache()`` call ``drop(device)`` first: for a higher layer that caches device
+    buffers (the engine's scalar operands), so that ``empty_cache()`` returns every byte the core holds."""
+    _core_caches.append(drop)
+
+
 class Backend:
     """Core-side state of one device type."""
 
@@ -219,6 +228,8 @@ class Backend:
         return self.allocators[index].stats()
 
     def empty_cache(self, index: int) -> int:
+        for drop in _core_caches:  # device memory the core itself keeps (e.g. scalar operands) goes first
+            drop(self.devices[index])
         if self.own_storage:
             return int(self.runtime.empty_cache(self.phys(index))) if self.has("empty_cache") else 0
         self.synchronize(index)
