@@ -10,6 +10,11 @@ Semantics, identical on every backend:
   must equal ``x.dtype`` (Array API rule for in-place operators).
 - **Host copies.** ``.numpy()``, ``np.asarray(t)``, ``.item()`` and ``.tolist()`` return new
   host objects; changing them never changes the tensor. They synchronize with the device.
+- **Explicit numpy interop.** An operator between a tensor and a numpy array (either side,
+  in place too) raises a TypeError naming ``anydevice.asarray(arr, device=t.device)``; numpy
+  scalars act as Python scalars of their kind. ``np.asarray(t)`` is the way to the host.
+- **No pickling.** Tensors are device memory: ``pickle`` raises and names ``anydevice.save``;
+  ``copy.copy``/``copy.deepcopy`` give independent tensors. Devices and dtypes pickle by name.
 """
 from __future__ import annotations
 
@@ -174,8 +179,9 @@ class Tensor:
     def __reduce_ex__(self, protocol):
         raise TypeError(
             f"anydevice tensors cannot be pickled (this one is {self.dtype.name}{list(self.shape)} on {self.device}): "
-            "anydevice offers no pickle format for device memory. To save a tensor, copy it to the host and use "
-            "numpy: np.save(path, t.numpy()); load it with anydevice.asarray(np.load(path), device=...)"
+            "anydevice offers no pickle format for device memory. Save tensors (and structures of them) with "
+            "anydevice.save(obj, path) and read them with anydevice.load(path), or one tensor with "
+            "np.save(path, t.numpy()) and anydevice.asarray(np.load(path), device=...)"
         )
 
     def __copy__(self) -> Tensor:
