@@ -349,6 +349,12 @@ def _cases():
     yield "arange", [], {"start": 1, "stop": 7, "step": 2}, ("float32", "int64")
     yield "eye", [], {"n_rows": 3, "n_cols": 4, "k": 1}, fl + ("int32",)
     yield "linspace", [], {"start": 0.0, "stop": 1.0, "num": 5}, ("float32",)
+    yield "philox_bits", [], {"shape": (3, 5), "key": (7, 8), "offset": (1 << 32) - 2}, ("uint32", "int8", "int64")
+    rnd = {"key": (1, 2), "offset": 3}
+    yield "random_uniform", [], {"shape": (9,), "low": -1.0, "high": 2.0, **rnd}, fl + ("float64",)
+    yield "random_normal", [], {"shape": (9,), **rnd}, fl + ("float64",)
+    yield "random_randint", [], {"shape": (9,), "low": -5, "high": 9, **rnd}, ("int64", "int8")
+    yield "random_permutation", [], {"n": 9, **rnd}, ("int64",)
 
 
 def _tensor(a, dtype, device):
@@ -361,7 +367,7 @@ def _tensor(a, dtype, device):
 
 def _run(op, inputs, attrs, dtype, device):
     kw = dict(attrs)
-    if op in ("full", "arange", "eye", "linspace"):
+    if op in ("full", "arange", "eye", "linspace") or not inputs:
         kw.update(dtype=dtype, device=device)
         return getattr(ad, op)(**kw)
     if kw.get("dtype") and op in ("sum",):

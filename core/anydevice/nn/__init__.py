@@ -18,6 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from anydevice import api as _api
+from anydevice import random as _random
 from anydevice.base import dtypes as _dt
 from anydevice.engine.tensor import Tensor
 
@@ -135,8 +136,10 @@ def _move(p: Tensor, value: Tensor) -> None:
 class Linear(Module):
     """``y = x @ weight.T + bias`` with ``weight`` of shape ``(out_features, in_features)``.
 
-    Weights start uniform in ``±1/sqrt(in_features)`` (the usual default), drawn from ``rng``
-    (a ``numpy.random.Generator``; a fresh unseeded one when omitted).
+    Weights start uniform in ``±1/sqrt(in_features)`` (the usual default), drawn on ``device`` from
+    ``rng``: an :class:`anydevice.random.Generator`, by default the device's default generator (so
+    :func:`anydevice.manual_seed` fixes them, with the same values on every device), or a
+    ``numpy.random.Generator`` (drawn on the host in float64).
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, dtype=None, device=None, rng=None):
@@ -147,10 +150,9 @@ class Linear(Module):
         d = _dt.dtype(dtype) if dtype is not None else _dt.float32
         if d.kind != "float":
             raise TypeError(f"Linear(): parameters must be a real floating dtype, not {d.name}")
-        rng = rng if rng is not None else np.random.default_rng()
         bound = 1.0 / math.sqrt(in_features)
-        self.weight = parameter(rng.uniform(-bound, bound, (out_features, in_features)), dtype=d, device=device)
-        self.bias = parameter(rng.uniform(-bound, bound, (out_features,)), dtype=d, device=device) if bias else None
+        self.weight = parameter(_init_uniform(rng, bound, (out_features, in_features), d, device), dtype=d, device=device)
+        self.bias = parameter(_init_uniform(rng, bound, (out_features,), d, device), dtype=d, device=device) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
         if self.bias is None:
@@ -159,6 +161,12 @@ class Linear(Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+def _init_uniform(rng, bound: float, shape: tuple, d, device):
+    if isinstance(rng, np.random.Generator):
+        return rng.uniform(-bound, bound, shape)
+    return _random.uniform(-bound, bound, shape, generator=rng, dtype=d, device=device)
 
 
 class ReLU(Module):

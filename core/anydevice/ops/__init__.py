@@ -2,7 +2,7 @@
 
 Importing this package defines every op; :mod:`anydevice.ops.registry` holds them.
 """
-from anydevice.ops import creation, elementwise, indexing, linalg, manipulation, nn, statistical  # noqa: F401
+from anydevice.ops import creation, elementwise, indexing, linalg, manipulation, nn, random, statistical  # noqa: F401
 
 
 def load_all() -> None:
