@@ -136,10 +136,10 @@ def _move(p: Tensor, value: Tensor) -> None:
 class Linear(Module):
     """``y = x @ weight.T + bias`` with ``weight`` of shape ``(out_features, in_features)``.
 
-    Weights start uniform in ``±1/sqrt(in_features)`` (the usual default), drawn on ``device`` from
-    ``rng``: an :class:`anydevice.random.Generator`, by default the device's default generator (so
+    Weights start uniform in ``±1/sqrt(in_features)`` (the usual default), drawn from ``rng``: an
+    :class:`anydevice.random.Generator`, by default the default generator of ``device`` (so
     :func:`anydevice.manual_seed` fixes them, with the same values on every device), or a
-    ``numpy.random.Generator`` (drawn on the host in float64).
+    ``numpy.random.Generator`` (drawn in float64).
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, dtype=None, device=None, rng=None):
@@ -164,9 +164,12 @@ class Linear(Module):
 
 
 def _init_uniform(rng, bound: float, shape: tuple, d, device):
+    """Initial values from ``rng`` (None: ``device``'s default generator), computed on the cpu: a
+    generator's numbers are the same on every device, so this needs no kernel of ``device``."""
     if isinstance(rng, np.random.Generator):
         return rng.uniform(-bound, bound, shape)
-    return _random.uniform(-bound, bound, shape, generator=rng, dtype=d, device=device)
+    g = rng if rng is not None else _random.default_generator(device)
+    return _random.uniform(-bound, bound, shape, generator=g, dtype=d, device="cpu")
 
 
 class ReLU(Module):
