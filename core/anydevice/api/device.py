@@ -88,12 +88,18 @@ def synchronize(device=None) -> None:
 
 
 def current_stream(device=None) -> Stream:
-    """The stream new work on ``device`` is queued on."""
+    """The stream the calling thread queues new work on ``device`` on."""
     return _streams.current_stream(device)
 
 
 def set_stream(stream: Stream) -> Stream:
-    """Make ``stream`` current on its device; returns the previous current stream."""
+    """Make ``stream`` current on its device for the calling thread; returns the previous one.
+
+    As ``torch.cuda.set_stream``, this is per thread: other threads keep their current stream,
+    and a thread that never set one (one started later too) uses the device's default stream."""
+    if not isinstance(stream, Stream):
+        raise TypeError(f"set_stream(): stream must be an anydevice.Stream, not {type(stream).__name__}; "
+                        f"make one with anydevice.device.Stream(device)")
     prev = _streams.current_stream(stream.device)
     _streams.set_stream(stream)
     return prev
@@ -101,6 +107,7 @@ def set_stream(stream: Stream) -> Stream:
 
 @contextlib.contextmanager
 def stream_guard(stream: Stream):
+    """Make ``stream`` current on its device for the calling thread until the block exits."""
     prev = set_stream(stream)
     try:
         yield stream

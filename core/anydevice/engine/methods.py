@@ -115,8 +115,13 @@ _scalar_bufs: dict = {}
 
 
 def _scalar_buf(t: Tensor, v):
-    """A cached 0-d buffer holding ``v`` in ``t``'s dtype on ``t``'s device (None: not allowed)."""
-    key = (t.device._ctx, t.dtype, type(v), v)
+    """A cached 0-d buffer holding ``v`` in ``t``'s dtype on ``t``'s device (None: not allowed).
+
+    Kept per current stream (the calling thread's): a buffer is only ever read by work queued on
+    the stream it was allocated on, so when the cache drops it, its memory is reused in that
+    stream's order and never under a kernel of another stream that still reads it."""
+    ctx = t.device._ctx
+    key = (ctx, ctx.stream, t.dtype, type(v), v)
     buf = _scalar_bufs.get(key)
     if buf is None:
         if not _dt.scalar_dtype_ok(v, t.dtype) or v != v or (v == 0 and type(v) is float):

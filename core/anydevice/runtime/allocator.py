@@ -14,12 +14,18 @@ one stream is reused only by work queued behind it on the same stream.
 fails the allocator empties its cache, retries once, then raises
 :class:`~anydevice.OutOfMemoryError` with the request, the allocator's figures and the
 device's capacity.
+
+Thread safety: one lock per allocator guards its free lists, segments and figures
+(``allocate``, ``empty_cache``, ``stats``, ``reset_peak``). Freeing never takes it: a block
+collected on any thread (a stream worker, a thread in the middle of ``allocate``) only appends
+its chunk to a deque, and the next call under the lock merges the queued chunks back.
 """
 from __future__ import annotations
 
 import bisect
 import collections
 import itertools
+import threading
 
 from anydevice.base.errors import OutOfMemoryError
 from anydevice.runtime.contract import Block
@@ -83,7 +89,8 @@ class CachingAllocator:
         self._gran = max(self.align, 512)
         self._free: dict = collections.defaultdict(list)  # (stream, small) -> sorted [(size, id, chunk)]
         self._segments: list[_Segment] = []
-        self._pending = collections.deque()  # chunks released by __del__, merged lazily
+        self._pending = collections.deque()  # chunks released by __del__ (any thread), merged under the lock
+        self._lock = threading.Lock()
         self._quick: dict = collections.defaultdict(list)  # (stream, size) -> freed small chunks
         self.allocated = self.reserved = 0
         self.peak_allocated = self.peak_reserved = 0
@@ -91,19 +98,21 @@ class CachingAllocator:
 
     # --- public -----------------------------------------------------------------------
     def allocate(self, nbytes: int, stream=None) -> Block:
-        if self._pending:
-            self._drain()
         g = self._gran
         size = -(-nbytes // g) * g if nbytes > g else g
-        quick = self._quick.get((stream, size)) if size <= QUICK_LIMIT else None
-        if quick:
-            chunk = quick.pop()
-        else:
-            chunk = self._take(size, nbytes, stream)
-        self.allocated += chunk.size
-        if self.allocated > self.peak_allocated:
-            self.peak_allocated = self.allocated
-        self.num_allocs += 1
+        lock = self._lock
+        lock.acquire()  # acquire/release, not `with`: this is the hot path of every device op
+        try:
+            if self._pending:
+                self._drain()
+            quick = self._quick.get((stream, size)) if size <= QUICK_LIMIT else None
+            chunk = quick.pop() if quick else self._take(size, nbytes, stream)
+            self.allocated += chunk.size
+            if self.allocated > self.peak_allocated:
+                self.peak_allocated = self.allocated
+            self.num_allocs += 1
+        finally:
+            lock.release()
         b = _new_block(_AllocBlock)
         b.handle, b.offset, b.size, b.index, b.stream, b.owner, b.chunk = (
             chunk.seg.handle, chunk.offset, nbytes, self.index, stream, self, chunk)
@@ -129,6 +138,25 @@ class CachingAllocator:
 
     def empty_cache(self) -> int:
         """Return wholly free segments to the runtime; returns the bytes released."""
+        with self._lock:
+            return self._empty_cache()
+
+    def stats(self) -> dict:
+        with self._lock:
+            self._drain()
+            return {
+                "allocated": self.allocated, "reserved": self.reserved,
+                "max_allocated": self.peak_allocated, "max_reserved": self.peak_reserved,
+                "segments": len(self._segments), "num_allocs": self.num_allocs, "num_ooms": self.num_ooms,
+            }
+
+    def reset_peak(self) -> None:
+        with self._lock:
+            self._drain()
+            self.peak_allocated, self.peak_reserved = self.allocated, self.reserved
+
+    # --- internals (callers hold the lock) --------------------------------------------
+    def _empty_cache(self) -> int:
         self._drain()
         for lst in self._quick.values():
             while lst:
@@ -146,19 +174,6 @@ class CachingAllocator:
         self._segments = keep
         return freed
 
-    def stats(self) -> dict:
-        self._drain()
-        return {
-            "allocated": self.allocated, "reserved": self.reserved,
-            "max_allocated": self.peak_allocated, "max_reserved": self.peak_reserved,
-            "segments": len(self._segments), "num_allocs": self.num_allocs, "num_ooms": self.num_ooms,
-        }
-
-    def reset_peak(self) -> None:
-        self._drain()
-        self.peak_allocated, self.peak_reserved = self.allocated, self.reserved
-
-    # --- internals --------------------------------------------------------------------
     def _round(self, n: int) -> int:
         a = self._gran
         return -(-n // a) * a if n > a else a
@@ -197,7 +212,7 @@ class CachingAllocator:
         try:
             handle = self.runtime.malloc(self.index, seg_size)
         except MemoryError:
-            self.empty_cache()
+            self._empty_cache()
             try:
                 handle = self.runtime.malloc(self.index, seg_size)
             except MemoryError as e:

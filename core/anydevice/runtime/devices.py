@@ -77,7 +77,6 @@ class Backend:
         self.count = len(self.physical)
         self.devices = [Device(device_type, i, self) for i in range(self.count)]
         self.allocators = [CachingAllocator(runtime, p, f"{device_type}:{i}") for i, p in enumerate(self.physical)]
-        self._streams: list = [None] * self.count     # current Stream per device (anydevice.runtime.streams)
         self._default: list = [None] * self.count     # default Stream per device, made on first use
         self._dtypes = [None] * self.count
         self.contexts = [KernelContext(runtime, p, self.devices[i], self) for i, p in enumerate(self.physical)]
@@ -523,22 +522,116 @@ def as_device(spec=None) -> Device:
     return d
 
 
-_current: list[Device] = []
+# --- per-thread state: the current device and the current streams -------------------------
+class _Overrides(dict):
+    """One thread's current streams, ``KernelContext -> Stream``; when the thread ends (its
+    thread-local state is dropped) its contexts no longer wait for it."""
+
+    def __del__(self):
+        try:
+            for ctx in list(self):
+                _count_override(ctx, -1)
+        except Exception:  # interpreter shutdown
+            pass
+
+
+class _ThreadState(threading.local):
+    devices: list | None = None      # this thread's device_guard stack, innermost last
+    streams: _Overrides | None = None
+
+
+_local = _ThreadState()
+_default_device: list[Device] = []   # the process-wide current device (set_device outside any guard)
+_overrides: dict = {}                # KernelContext -> number of threads with a current stream of their own
+
+
+class _ThreadStreamContext(KernelContext):
+    """A KernelContext whose ``stream`` is the calling thread's current stream on its device.
+
+    A device's context takes this class only while some thread has a current stream other than
+    the default one there: reading a plain slot costs a tenth of this property, and kernels read
+    ``ctx.stream`` on every launch. The slot itself always holds the default stream (None).
+    """
+
+    __slots__ = ()
+
+    @property
+    def stream(self):
+        mine = _local.streams
+        if mine:
+            s = mine.get(self)
+            if s is not None:
+                return s.handle
+        return None
+
+    @stream.setter
+    def stream(self, value):
+        if value is not None:
+            raise AttributeError("KernelContext.stream is the caller's current stream; change it with "
+                                 "anydevice.device.set_stream() or stream_guard()")
+        _slot_stream.__set__(self, None)
+
+
+_slot_stream = KernelContext.__dict__["stream"]
+
+
+def _count_override(ctx, delta: int) -> None:
+    with _lock:
+        n = _overrides.get(ctx, 0) + delta
+        if n > 0:
+            _overrides[ctx] = n
+        else:
+            _overrides.pop(ctx, None)
+        ctx.__class__ = _ThreadStreamContext if n > 0 else KernelContext
+
+
+def thread_stream(ctx):
+    """The Stream the calling thread made current on ``ctx``'s device (None: the default stream)."""
+    mine = _local.streams
+    return mine.get(ctx) if mine else None
+
+
+def set_thread_stream(ctx, stream) -> None:
+    """Make ``stream`` the calling thread's current stream on ``ctx``'s device (None: the default)."""
+    mine = _local.streams
+    if mine is None:
+        mine = _local.streams = _Overrides()
+    had = ctx in mine
+    if stream is None:
+        if had:
+            del mine[ctx]
+            _count_override(ctx, -1)
+        return
+    mine[ctx] = stream
+    if not had:
+        _count_override(ctx, +1)
 
 
 def current_device() -> Device:
-    if not _current:
-        _current.append(as_device(os.environ.get("ANYDEVICE_DEVICE") or "cpu"))
-    return _current[-1]
+    """The calling thread's current device: its innermost ``device_guard``, else the process default."""
+    stack = _local.devices
+    if stack:
+        return stack[-1]
+    if not _default_device:
+        d = as_device(os.environ.get("ANYDEVICE_DEVICE") or "cpu")
+        with _lock:
+            if not _default_device:
+                _default_device.append(d)
+    return _default_device[0]
 
 
 def set_device(device) -> Device:
-    """Make ``device`` the default for new tensors; returns the Device."""
+    """Make ``device`` the default for new tensors; returns the Device.
+
+    Outside any ``device_guard`` this sets the process-wide default, which every thread without a
+    guard of its own sees (threads started later too). Inside a ``device_guard`` it changes the
+    calling thread's device until that guard exits, as in PyTorch."""
     d = as_device(device)
-    if _current:
-        _current[-1] = d
+    stack = _local.devices
+    if stack:
+        stack[-1] = d
     else:
-        _current.append(d)
+        _default_device[:] = [d]
     return d
 
 
@@ -549,16 +642,20 @@ def get_device() -> str:
 
 @contextlib.contextmanager
 def device_guard(device):
-    """Temporarily make ``device`` the current device."""
+    """Make ``device`` the current device of the calling thread until the block exits; other
+    threads keep theirs."""
     d = as_device(device)
-    current_device()
-    _current.append(d)
+    stack = _local.devices
+    if stack is None:
+        stack = _local.devices = []
+    stack.append(d)
     try:
         yield d
     finally:
-        _current.pop()
+        stack.pop()
 
 
 def _reset_cache() -> None:
     _cache.clear()
-    _current.clear()
+    _default_device.clear()
+    _local.devices = None

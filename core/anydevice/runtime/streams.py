@@ -1,14 +1,21 @@
 """Streams and events on any device, and the current stream of each device.
 
+The current stream is per thread, as in CUDA and PyTorch: ``set_stream`` and ``stream_guard``
+change it for the calling thread only, and every other thread (one started later too) queues
+its work on the device's default stream until it sets a stream of its own.
+
 A runtime without streams gets one default stream per device (handle None); one without events
 gets host-side events that synchronize the stream when recorded (see the optional-method table
 in :mod:`anydevice.runtime.contract`).
 """
 from __future__ import annotations
 
+import threading
 import time
 
-from anydevice.runtime.devices import as_device
+from anydevice.runtime.devices import as_device, set_thread_stream, thread_stream
+
+_lock = threading.Lock()
 
 
 class Stream:
@@ -118,18 +125,24 @@ def default_stream(device) -> Stream:
     be = d._backend
     s = be._default[d.index]
     if s is None:
-        s = be._default[d.index] = Stream(d, _default=True)
+        with _lock:
+            s = be._default[d.index]
+            if s is None:
+                s = be._default[d.index] = Stream(d, _default=True)
     return s
 
 
 def current_stream(device=None) -> Stream:
-    """The stream that work on ``device`` is queued on."""
+    """The stream that work on ``device`` is queued on by the calling thread."""
     d = as_device(device)
-    return d._backend._streams[d.index] or default_stream(d)
+    return thread_stream(d._ctx) or default_stream(d)
 
 
 def set_stream(stream: Stream | None, device=None) -> None:
-    """Make ``stream`` current on its device (None: back to the default stream of ``device``)."""
+    """Make ``stream`` current on its device for the calling thread (None: back to the default
+    stream of ``device``). Other threads keep their own current stream; a thread that never set
+    one queues on the default stream, as in PyTorch."""
     d = stream.device if stream is not None else as_device(device)
-    d._backend._streams[d.index] = stream
-    d._backend.contexts[d.index].stream = None if stream is None else stream.handle
+    if stream is not None and stream is d._backend._default[d.index]:
+        stream = None
+    set_thread_stream(d._ctx, stream)
