@@ -42,7 +42,7 @@ import math
 import numpy as np
 
 from anydevice.base import dtypes as _dt
-from anydevice.ops.registry import define
+from anydevice.ops.registry import Device, DType, Int, Ints, Scalar, Shape, define
 from anydevice.ops.samples import ErrorSample, Sample
 
 MASK = 0xFFFFFFFF
@@ -421,16 +421,16 @@ def array_kernels(mod, chunk: int | None = None) -> dict:
     """``{op name: kernel(**attrs) -> array}`` computing with the array module ``mod``.
 
     ``chunk``: blocks per pass of the Philox rounds (numpy: small passes stay in the cache;
-    None: one pass, for GPUs). Nothing touches the device until a kernel runs. Words are read as
-    pairs of uint32 halves of uint64 products: the host (or device) must be little-endian.
+    None: one pass, for GPUs). Nothing touches the device until a kernel runs. ``philox_bits``
+    reinterprets the uint32 words as its dtype: the host (or device) must be little-endian.
     """
     u64, u32 = mod.uint64, mod.uint32
 
     def words(n, key, offset):
-        # Rows 0 and 1 of ``a`` are counter words 0 and 2, of ``b`` words 1 and 3 (kept xor-ed with
-        # the next round's key); ``p`` holds the two 64-bit products, read as (lo, hi) uint32 pairs.
+        # Rows 0 and 1 of ``a`` are counter words 0 and 2, of ``b`` words 1 and 3, as uint64 (every
+        # operand contiguous along the rows: reversing the two rows keeps the inner loops fast).
         mults = mod.asarray([[PHILOX_M[0]], [PHILOX_M[1]]], dtype=u64)
-        keys = [mod.asarray([[(key[0] + r * PHILOX_W[0]) & MASK], [(key[1] + r * PHILOX_W[1]) & MASK]], dtype=u32)
+        keys = [mod.asarray([[(key[0] + r * PHILOX_W[0]) & MASK], [(key[1] + r * PHILOX_W[1]) & MASK]], dtype=u64)
                 for r in range(ROUNDS)]
         blocks = -(-n // 4)
         out = mod.empty((blocks, 4), dtype=u32)
@@ -438,19 +438,15 @@ def array_kernels(mod, chunk: int | None = None) -> dict:
         for s in range(0, blocks, step):
             c = min(step, blocks - s)
             ctr = mod.arange(c, dtype=u64) + u64(offset + s)
-            a, b = mod.zeros((2, c), dtype=u32), mod.zeros((2, c), dtype=u32)
+            a, b = mod.zeros((2, c), dtype=u64), mod.zeros((2, c), dtype=u64)
             a[0], b[0] = ctr & MASK, ctr >> 32
-            mod.bitwise_xor(b, keys[0], out=b)
-            p = mod.empty((2, c), dtype=u64)
-            halves = p.view(u32).reshape(2, c, 2)
-            lo, hi = halves[..., 0], halves[..., 1]
+            p, h = mod.empty((2, c), dtype=u64), mod.empty((2, c), dtype=u64)
             for r in range(ROUNDS):
-                mod.multiply(a, mults, out=p)
-                mod.bitwise_xor(hi[::-1], b, out=a)  # (hi1 ^ c1 ^ k0, hi0 ^ c3 ^ k1)
-                if r + 1 < ROUNDS:
-                    mod.bitwise_xor(lo[::-1], keys[r + 1], out=b)
-                else:
-                    b[...] = lo[::-1]
+                mod.multiply(a, mults, out=p)  # (c0 * M0, c2 * M1), exact below 2**64
+                mod.right_shift(p, 32, out=h)
+                mod.bitwise_xor(h[::-1], b, out=a)  # (hi1 ^ c1, hi0 ^ c3) ...
+                mod.bitwise_xor(a, keys[r], out=a)  # ... ^ (k0, k1)
+                mod.bitwise_and(p[::-1], MASK, out=b)  # (lo1, lo0)
             out[s:s + c, 0], out[s:s + c, 1], out[s:s + c, 2], out[s:s + c, 3] = a[0], b[0], a[1], b[1]
         return out.reshape(-1)[:n]
 
@@ -590,16 +586,18 @@ def _wide_range(d):
     return {"low": int(info.min), "high": int(info.max) + 1}
 
 
-_BASE = {"key": (0, 0), "offset": 0, "dtype": None, "device": None}
+# Types in the schema; the canon checks the domains (key words, counter room, bounds for the dtype).
+_BASE = {"key": Ints((0, 0)), "offset": Int(0, lo=0), "dtype": DType(), "device": Device()}
+_REAL = Scalar(0.0, kinds=(int, float))
 _EXACT = {d: (0.0, 0.0) for d in _MANT}  # float results are exact: compared bit for bit
 
-define("philox_bits", attrs={"shape": (), **_BASE}, dtype_rule=_rule(_dt.uint32, "integral"),
+define("philox_bits", attrs={"shape": Shape(), **_BASE}, dtype_rule=_rule(_dt.uint32, "integral"),
        canon=_canon("philox_bits", "int", _dt.uint32), shape_rule=lambda s, a: a["shape"], reference=_bits_ref,
        decomposition=_bits, category="random", differentiable=False, samples=_samples(_shapes()),
        errors=_errors("philox_bits", {"shape": (4,), "dtype": _dt.int32}, _dt.float32),
        doc="philox_bits(shape, key, offset, dtype=uint32): the Philox-4x32-10 stream's raw bits as an integer dtype")
 
-define("random_uniform", attrs={"shape": (), "low": 0.0, "high": 1.0, **_BASE},
+define("random_uniform", attrs={"shape": Shape(), "low": _REAL, "high": Scalar(1.0, kinds=(int, float)), **_BASE},
        dtype_rule=_rule(_dt.float32, "real_floating"), canon=_canon("random_uniform", "float", _dt.float32, _uniform_args),
        shape_rule=lambda s, a: a["shape"], reference=_uniform_ref, decomposition=_uniform, category="random",
        differentiable=False, tolerance=_EXACT,
@@ -611,7 +609,7 @@ define("random_uniform", attrs={"shape": (), "low": 0.0, "high": 1.0, **_BASE},
 
 # Box–Muller through the device's log, sqrt, cos and sin: against the float64 reference, float32
 # results measured within 4 ulp (numpy) and 3 ulp (PoCL) over 2**20 draws; rtol 1e-6 is ~8 ulp.
-define("random_normal", attrs={"shape": (), "mean": 0.0, "std": 1.0, **_BASE},
+define("random_normal", attrs={"shape": Shape(), "mean": _REAL, "std": Scalar(1.0, kinds=(int, float)), **_BASE},
        dtype_rule=_rule(_dt.float32, "real_floating"), canon=_canon("random_normal", "float", _dt.float32, _normal_args),
        shape_rule=lambda s, a: a["shape"], reference=_normal_ref, decomposition=_normal, category="random",
        differentiable=False,
@@ -621,7 +619,7 @@ define("random_normal", attrs={"shape": (), "mean": 0.0, "std": 1.0, **_BASE},
            ErrorSample([], {"shape": (2,), "std": -1.0}, ValueError, "negative std")],
        doc="random_normal(shape, mean, std, key, offset, dtype=float32): normal floats (Box–Muller)")
 
-define("random_randint", attrs={"shape": (), "low": 0, "high": 2, **_BASE}, dtype_rule=_rule(_dt.int64, "integral"),
+define("random_randint", attrs={"shape": Shape(), "low": Scalar(0, kinds=(int, float)), "high": Scalar(2, kinds=(int, float)), **_BASE}, dtype_rule=_rule(_dt.int64, "integral"),
        canon=_canon("random_randint", "int", _dt.int64, _randint_args), shape_rule=lambda s, a: a["shape"],
        reference=_randint_ref, decomposition=_randint, category="random", differentiable=False,
        samples=_samples(lambda d: [
@@ -634,7 +632,7 @@ define("random_randint", attrs={"shape": (), "low": 0, "high": 2, **_BASE}, dtyp
            ErrorSample([], {"shape": (2,), "low": 0.5, "high": 3}, TypeError, "a float bound")],
        doc="random_randint(shape, low, high, key, offset, dtype=int64): integers in [low, high)")
 
-define("random_permutation", attrs={"n": 0, **_BASE}, dtype_rule=_rule(_dt.int64, "integral"),
+define("random_permutation", attrs={"n": Scalar(0, kinds=(int, float)), **_BASE}, dtype_rule=_rule(_dt.int64, "integral"),
        canon=_canon("random_permutation", "int", _dt.int64, _permutation_args), shape_rule=lambda s, a: (a["n"],),
        reference=_permutation_ref, decomposition=_permutation, category="random", differentiable=False,
        samples=_samples(lambda d: [({"n": 10}, "n=10"), ({"n": 1}, "n=1"), ({"n": 0}, "n=0"),
