@@ -7,7 +7,7 @@ Checks (each a :class:`CaseResult` per op × device × dtype):
 - ``shape``: likewise for the shape rule;
 - ``values``: the values equal ``op.reference`` (float64 / complex128 for floating inputs,
   the exact dtype otherwise, then cast to the result dtype) within the tolerances of
-  :mod:`.tolerances`;
+  :mod:`.tolerances`, and the Array API standard's special cases hold (:mod:`.special_cases`);
 - ``grad``: for differentiable ops at float32 and float64, the device's ``backward()``
   equals central finite differences of the float64 reference;
 - ``errors`` (dtype ``any``): invalid calls raise the exception type the registry expects,
@@ -267,12 +267,14 @@ def _forward_sample(op, device, sample, ex, recorder, tol):
     except Exception as e:  # noqa: BLE001
         res["values"] = SampleResult(sample.desc, shapes, FAIL, f"reading the result raised {_short(e)}")
         return res, path
-    ok, mabs, mrel, nbad, first = _tol.compare(actual, ex.ref, tol)
+    ok, mabs, mrel, nbad, first = _tol.compare(actual, ex.ref, tol, _tol.signed_zeros(op, ex.dtype))
     if ok:
         res["values"] = SampleResult(sample.desc, shapes, PASS, "", mabs, mrel)
     else:
         a, e = np.asarray(actual)[first], np.asarray(ex.ref)[first]
         how = "exactly" if tol is None else f"within rtol={tol[0]:g}, atol={tol[1]:g}"
+        if tol is not None and e == 0 and np.signbit(a) != np.signbit(e):
+            how += " (the sign of zero differs)"
         msg = (f"{nbad} of {actual.size} values differ {how}; first at index {first}: got {a!r}, expected {e!r} "
                f"(max abs err {mabs:.3g}, max rel err {mrel:.3g})")
         res["values"] = SampleResult(sample.desc, shapes, FAIL, msg, mabs, mrel)
@@ -365,6 +367,27 @@ def _summarize(op, device, dtype_name, check, results, path, seconds):
                       results, seconds)
 
 
+def _special_cases(op, dev, d) -> list:
+    """The Array API standard's special cases of ``op`` at ``d`` as one more values sample (none
+    for ops and dtypes it lists none for); see :mod:`.special_cases`."""
+    from . import special_cases
+
+    if d.kind not in ("float", "complex") or op.name not in special_cases.functions():
+        return []
+    n = len(special_cases.cases(op.name, d.kind == "complex"))
+    if not n:
+        return []
+    desc, shapes = "the Array API standard's special cases", [(n,)] * len(op.inputs)
+    try:
+        bad = special_cases.check(op.name, dev, d)
+    except Exception as e:  # noqa: BLE001 - a device failure is a result
+        return [SampleResult(desc, shapes, FAIL, f"raised {_short(e)}")]
+    if not bad:
+        return [SampleResult(desc, shapes, PASS)]
+    more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
+    return [SampleResult(desc, shapes, FAIL, f"{len(bad)} of {n} cases differ: {bad[0]}{more}")]
+
+
 def run_op(op, device, dtype, checks=None) -> list:
     """Every planned check of ``op`` at ``dtype`` on ``device``; a list of CaseResult."""
     from anydevice import dispatch
@@ -414,6 +437,8 @@ def run_op(op, device, dtype, checks=None) -> list:
                         per_check[c].append(res[c])
             if s.grad and "grad" in per_check:
                 per_check["grad"].append(_grad_sample(op, dev, s, ex, rng, d.name))
+        if "values" in per_check:
+            per_check["values"] += _special_cases(op, dev, d)
     finally:
         dispatch.remove_observer(recorder)
     path = _worst_path(paths)
@@ -432,6 +457,16 @@ def _raised(op, device, es):
     return None
 
 
+def _result_dtype(op, es) -> set:
+    """The name of the result dtype an error sample's inputs promote to, when the dtype rule
+    accepts them (a device without that dtype fails the call before its shapes are looked at)."""
+    try:
+        out = op.dtype_rule([_dtype_of(np.asarray(a)) for a in _flat(es.inputs)], {**op.attrs, **es.attrs})[1]
+    except Exception:  # noqa: BLE001 - the dtype rule rejects the inputs: that is the error under test
+        return set()
+    return {out.name} if out is not None else set()
+
+
 def run_errors(op, device) -> CaseResult:
     """Error parity of ``op`` on ``device``: every error sample raises its expected type."""
     from anydevice.devices import as_device
@@ -444,7 +479,7 @@ def run_errors(op, device) -> CaseResult:
     results = []
     for es in error_samples(op):
         shapes = es.shapes
-        missing = sorted({_dtype_of(np.asarray(a)).name for a in _flat(es.inputs)} -
+        missing = sorted(({_dtype_of(np.asarray(a)).name for a in _flat(es.inputs)} | _result_dtype(op, es)) -
                          {d.name for d in dev_dtypes})
         if missing:
             results.append(SampleResult(es.desc, shapes, UNSUPPORTED, f"{dev} does not support {', '.join(missing)}"))

@@ -113,11 +113,37 @@ def smooth(rng, d: _dt.DType, shape, domain=None) -> np.ndarray:
     return np.asarray(v).astype(d.numpy)
 
 
+#: Tiny magnitudes where formulas like exp(x) - 1 lose their relative accuracy.
+_SMALL = (1e-8, -1e-6, 1e-4, -1e-3)
+
+
+def _extremes(d: _dt.DType) -> tuple:
+    """(smallest subnormal, smallest normal, largest finite) of a floating dtype."""
+    info = np.finfo(d.numpy) if d.name != "bfloat16" else None
+    if info is None:
+        return 9.183549615799121e-41, _TINY[d.name], 3.3895313892515355e38
+    return float(info.smallest_subnormal), float(info.smallest_normal), float(info.max)
+
+
 def specials(d: _dt.DType) -> np.ndarray:
-    """NaN, ±Inf, ±0, a tiny (smallest normal) and a large magnitude, and ordinary values."""
-    big, tiny = _BIG[d.name], _TINY[d.name]
-    v = [np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0, -2.5, tiny, -big, big]
+    """NaN, ±Inf, ±0, ordinary values, tiny magnitudes (1e-8 ... 1e-3), the smallest normal and
+    subnormal numbers, a large magnitude and the dtype's max and min (the first seven values keep
+    their places: NaN, +Inf, -Inf, -0, +0, 1, -2.5)."""
+    sub, tiny, top = _extremes(d)
+    big = _BIG[d.name]
+    v = [np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0, -2.5, *_SMALL, tiny, -tiny, sub, -sub, -big, big, top, -top]
     return np.asarray(v, dtype=np.float64).astype(d.numpy)
+
+
+def complex_grid(d: _dt.DType) -> np.ndarray:
+    """Finite complex values whose parts are each ±0, tiny (1e-8 ... 1e-3), ordinary, large or the
+    component dtype's max: where |z| over- or underflows and where cancellation costs accuracy."""
+    top = _extremes(_dt.float32 if d is _dt.complex64 else _dt.float64)[2]
+    parts = np.asarray([0.0, -0.0, 1e-8, -1e-4, 1e-3, 1.0, -2.5, _BIG["float32" if d is _dt.complex64 else "float64"], top])
+    a, b = np.meshgrid(parts, parts)
+    out = np.empty(a.size, d.numpy)
+    out.real, out.imag = a.reshape(-1), b.reshape(-1)
+    return out
 
 
 def _input_domain(op, k: int, n: int):
@@ -155,11 +181,17 @@ def _elementwise(op, d, rng):
     if _is_float(d):
         sp = specials(d)
         if n == 1:
-            out.append(Sample([sp], {}, "NaN, ±Inf, ±0, tiny and large magnitudes"))
+            out.append(Sample([sp], {}, _SPECIALS))
+            if op.name == "gelu":
+                out.append(Sample([sp], {"approximate": "tanh"}, f"approximate='tanh', {_SPECIALS}"))
         else:
             k = len(sp)
-            out.append(Sample([sp.reshape(k, 1), sp.reshape(1, k)], {},
-                              "all pairs of NaN, ±Inf, ±0, tiny and large magnitudes"))
+            out.append(Sample([sp.reshape(k, 1), sp.reshape(1, k)], {}, f"all pairs of {_SPECIALS}"))
+    elif d.kind == "complex" and n == 1:
+        grid = complex_grid(d)
+        if op.name == "square":  # x * x overflows in a part (inf - inf) beyond sqrt(max), as the standard's formula does
+            grid = grid[np.maximum(np.abs(grid.real), np.abs(grid.imag)) < 1e15]
+        out.append(Sample([grid], {}, "parts ±0, tiny (1e-8 ... 1e-3), ordinary, large and max"))
     elif d.kind in ("int", "uint") and (op.name in _EXACT_INT or op.dtype_rule([d] * n, {})[1] is _dt.bool_):
         info = np.iinfo(d.numpy)
         ext = np.asarray([info.min, info.max, 0, 1, info.max - 1], dtype=d.numpy)
@@ -177,6 +209,9 @@ def _elementwise(op, d, rng):
             out.append(Sample([smooth(rng, d, (2, 3))], {"approximate": "tanh"}, "smooth, approximate='tanh'", grad=True))
         out.append(g)
     return out
+
+
+_SPECIALS = "NaN, ±Inf, ±0, tiny (1e-8 ... 1e-3), subnormal, smallest normal, large and max magnitudes"
 
 
 def _clip_attrs(out, d):
@@ -467,6 +502,8 @@ def _softmax(op, d, rng):
         Sample([values(rng, d, (0, 3))], {}, "empty (0, 3)"),
         Sample([np.asarray([1000.0, 0.0, -1000.0, 999.0]).astype(d.numpy)], {}, "large magnitudes (stability)"),
         Sample([np.asarray([0.0, -np.inf, 1.0]).astype(d.numpy)], {}, "-inf logit"),
+        Sample([np.asarray(np.nan).astype(d.numpy)], {}, "0-d NaN"),
+        Sample([np.asarray([[np.nan, 1.0, 2.0], [np.inf, 0.0, 1.0]]).astype(d.numpy)], {}, "NaN and +inf in a row"),
     ]
     if d in _GRAD_DTYPES:
         out.append(Sample([smooth(rng, d, (2, 4))], {"axis": 0}, "smooth, axis=0", grad=True))
