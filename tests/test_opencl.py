@@ -721,7 +721,7 @@ if which == "host":  # leave the process 256 MiB of address space, then ask for 
 else:
     n = 1 << 31
 try:
-    ad.arange(n, dtype=ad.uint16, device="opencl:0").numpy()
+    ad.ones(n, dtype=ad.uint16, device="opencl:0").numpy()
     print("allocated")
 except ad.OutOfMemoryError as e:
     print("OutOfMemoryError:", e)

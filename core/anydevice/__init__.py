@@ -20,9 +20,11 @@ from anydevice.base.dtypes import (
     can_cast,
     complex64,
     complex128,
+    finfo,
     float16,
     float32,
     float64,
+    iinfo,
     int8,
     int16,
     int32,
@@ -37,6 +39,7 @@ from anydevice.base.dtypes import (
 from anydevice.base.dtypes import bool_ as bool  # noqa: A001 - Array API name
 from anydevice.base.errors import (
     AnyDeviceError,
+    AxisError,
     CheckpointError,
     DeviceError,
     DeviceUnavailableError,
@@ -83,14 +86,3 @@ def __array_namespace_info__():
 
     return Info()
 
-
-def finfo(d):
-    import numpy as _np
-
-    return _np.finfo(d.dtype.numpy if isinstance(d, Tensor) else _dt.dtype(d).numpy)
-
-
-def iinfo(d):
-    import numpy as _np
-
-    return _np.iinfo(d.dtype.numpy if isinstance(d, Tensor) else _dt.dtype(d).numpy)

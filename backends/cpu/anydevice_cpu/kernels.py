@@ -181,6 +181,22 @@ def _logaddexp(a, b):
     return np.logaddexp(a, b)
 
 
+def power(a, b, out=None):
+    """numpy's power with integer ** negative integer defined as the registry's pow says: the
+    truncated reciprocal (1 for base 1, 1 or -1 for base -1 by the exponent's parity, else 0)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind != "i" or not (b < 0).any():
+        return np.power(a, b, out=out)
+    neg = b < 0
+    r = np.power(a, np.where(neg, 0, b).astype(b.dtype))
+    rec = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 != 0, -1, 1), 0)).astype(a.dtype)
+    r = np.where(neg, rec, r)
+    if out is None:
+        return r
+    out[...] = r
+    return out
+
+
 def _clip(x, min=None, max=None):
     if min is not None:
         x = np.maximum(x, np.asarray(min, dtype=np.asarray(x).dtype))
@@ -193,7 +209,7 @@ def _clip(x, min=None, max=None):
 # "quiet" (numpy floating warnings silenced), "half" (float16/bfloat16 computed in float32).
 _TABLE = {
     "add": (np.add, "plain"), "subtract": (np.subtract, "plain"), "multiply": (np.multiply, "plain"),
-    "divide": (np.divide, "quiet"), "pow": (np.power, "quiet"), "maximum": (np.maximum, "plain"),
+    "divide": (np.divide, "quiet"), "pow": (power, "quiet"), "maximum": (np.maximum, "plain"),
     "minimum": (np.minimum, "plain"), "remainder": (np.remainder, "quiet"),
     "floor_divide": (np.floor_divide, "quiet"), "equal": (np.equal, "plain"), "not_equal": (np.not_equal, "plain"),
     "less": (np.less, "plain"), "less_equal": (np.less_equal, "plain"), "greater": (np.greater, "plain"),

@@ -372,6 +372,17 @@ def _clip(x, min=None, max=None):
     return x
 
 
+def _power(a, b):
+    """Integer ** negative integer as the registry's pow defines it (the truncated reciprocal:
+    1 for base 1, 1 or -1 for base -1 by the exponent's parity, else 0), without a sync."""
+    if a.dtype.kind != "i":
+        return cp.power(a, b)
+    neg = b < 0
+    r = cp.power(a, cp.where(neg, 0, b).astype(b.dtype))
+    rec = cp.where(a == 1, 1, cp.where(a == -1, cp.where(b % 2 != 0, -1, 1), 0)).astype(a.dtype)
+    return cp.where(neg, rec, r)
+
+
 def _linspace(start, stop, num, dtype, endpoint):
     return cp.linspace(start, stop, num, endpoint=endpoint).astype(dtype.numpy)
 
@@ -389,7 +400,7 @@ def _flip(x, axis):
 # "native": the input dtype itself (bfloat16 falls back to float32 if CuPy refuses it).
 TABLE = {
     "add": (cp.add, "native"), "subtract": (cp.subtract, "native"), "multiply": (cp.multiply, "native"),
-    "divide": (cp.divide, "native"), "pow": (cp.power, "half"), "maximum": (cp.maximum, "native"),
+    "divide": (cp.divide, "native"), "pow": (_power, "half"), "maximum": (cp.maximum, "native"),
     "minimum": (cp.minimum, "native"), "remainder": (cp.remainder, "half"),
     "floor_divide": (cp.floor_divide, "half"), "equal": (cp.equal, "native"), "not_equal": (cp.not_equal, "native"),
     "less": (cp.less, "native"), "less_equal": (cp.less_equal, "native"), "greater": (cp.greater, "native"),

@@ -16,11 +16,13 @@ import numpy as np
 
 from anydevice.ops.registry import broadcast_shapes, get_op, primitives
 from anydevice.runtime import KernelTable
+from anydevice_cpu.kernels import power
 
-#: Binary element-wise ops computed with a ufunc written straight into the output.
+#: Binary element-wise ops computed with a ufunc written straight into the output (``pow``: the
+#: cpu backend's ``power``, numpy's with integer ** negative integer defined as the registry says).
 UFUNCS = {
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
-    "maximum": np.maximum, "minimum": np.minimum, "pow": np.power, "remainder": np.remainder,
+    "maximum": np.maximum, "minimum": np.minimum, "pow": power, "remainder": np.remainder,
     "floor_divide": np.floor_divide, "equal": np.equal, "less": np.less,
     "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
     "bitwise_left_shift": np.left_shift, "bitwise_right_shift": np.right_shift,

@@ -10,7 +10,7 @@ import numpy as np
 __all__ = [
     "DType", "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
     "uint64", "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
-    "ALL_DTYPES", "dtype", "result_type", "can_cast", "isdtype", "KINDS",
+    "ALL_DTYPES", "dtype", "result_type", "can_cast", "isdtype", "KINDS", "finfo", "iinfo",
 ]
 
 
@@ -169,14 +169,68 @@ def promote(a: DType, b: DType) -> DType:
 
 
 def result_type(*args) -> DType:
-    """Array API ``result_type`` over dtypes and tensors."""
-    ds = [a if isinstance(a, DType) else getattr(a, "dtype", None) for a in args]
-    if not ds or any(d is None for d in ds):
-        raise TypeError("result_type() takes dtypes or tensors, at least one")
+    """Array API ``result_type`` over dtypes (anything :func:`dtype` accepts), arrays (their
+    ``dtype``) and Python scalars, which take the others' dtype where the standard allows it."""
+    ds, scalars = [], []
+    for a in args:
+        if type(a) in (bool, int, float, complex):
+            scalars.append(a)
+        else:
+            ds.append(_operand_dtype("result_type", a))
+    if not ds:
+        raise TypeError("result_type() needs at least one dtype or array (Python scalars alone have no dtype)")
     out = ds[0]
     for d in ds[1:]:
-        out = promote(out, d)
+        try:
+            out = promote(out, d)
+        except TypeError as e:
+            raise TypeError(f"result_type(): {e}") from None
+    for v in scalars:
+        if not scalar_dtype_ok(v, out):
+            raise TypeError(f"result_type(): a Python {type(v).__name__} cannot combine with {out.name} "
+                            f"(Array API rules: scalars keep to their kind)")
     return out
+
+
+def _operand_dtype(name: str, a) -> DType:
+    """The dtype of a dtype-like or array-like argument; TypeError naming ``name`` otherwise."""
+    if isinstance(a, DType):
+        return a
+    d = getattr(a, "dtype", None)
+    if isinstance(d, DType):
+        return d
+    try:
+        if a is None:
+            raise TypeError("None")
+        return dtype(a if d is None or isinstance(a, type) else d)
+    except TypeError as e:
+        if isinstance(a, str):
+            raise TypeError(f"{name}(): {e}") from None
+        raise TypeError(f"{name}(): {type(a).__name__} {a!r} is neither a dtype nor an array; allowed: "
+                        f"{', '.join(_BY_NAME)} (or their names), tensors") from None
+
+
+def finfo(type) -> np.finfo:  # noqa: A002 - the Array API parameter name
+    """Machine limits of a floating-point dtype (or a tensor's): ``bits``, ``eps``, ``max``,
+    ``min``, ``smallest_normal``. TypeError for other dtypes."""
+    d = _operand_dtype("finfo", type)
+    if d.kind not in ("float", "complex"):
+        raise TypeError(f"finfo(): {d.name} is not a floating-point dtype; allowed: "
+                        f"{', '.join(x.name for x in ALL_DTYPES if x.kind in ('float', 'complex'))} (iinfo() is for integers)")
+    if d is bfloat16:
+        import ml_dtypes
+
+        return ml_dtypes.finfo(ml_dtypes.bfloat16)
+    return np.finfo(d.numpy)
+
+
+def iinfo(type) -> np.iinfo:  # noqa: A002 - the Array API parameter name
+    """Machine limits of an integer dtype (or a tensor's): ``bits``, ``max``, ``min``. TypeError for other dtypes."""
+    d = _operand_dtype("iinfo", type)
+    if d.kind not in ("int", "uint"):
+        raise TypeError(f"iinfo(): {d.name} is not an integer dtype; allowed: "
+                        f"{', '.join(x.name for x in ALL_DTYPES if x.kind in ('int', 'uint'))} (finfo() is for floating point)")
+    return np.iinfo(d.numpy)
 
 
 def can_cast(from_: DType, to: DType) -> bool:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from anydevice.base import dtypes as _dt
-from anydevice.engine.dispatch import full_like, ones_like, xp, zeros_like
+from anydevice.engine.dispatch import _like, check_size, full_like, ones_like, xp, zeros_like
 from anydevice.engine.tensor import Tensor, _wrap
+from anydevice.ops.registry import check_shape
 from anydevice.runtime.devices import as_device
 
 __all__ = ["asarray", "to_tensor", "from_dlpack", "zeros", "ones", "empty", "zeros_like", "ones_like", "empty_like",
@@ -31,8 +32,8 @@ def asarray(obj, dtype=None, device=None, copy=None) -> Tensor:
     (numpy arrays, lists, DLPack producers) is always copied to the device, never aliased (buffers
     are immutable), so ``copy=False`` raises ``ValueError`` for it.
     """
-    dev = as_device(device)
-    d = _dt.dtype(dtype) if dtype is not None else None
+    dev = _device_arg("asarray", device)
+    d = _dtype_arg("asarray", dtype)
     if isinstance(obj, Tensor):
         return _from_tensor(obj, obj.dtype if d is None else d, obj.device if device is None else dev, copy)
     if copy is False:
@@ -48,9 +49,18 @@ def asarray(obj, dtype=None, device=None, copy=None) -> Tensor:
     except (ValueError, TypeError) as e:
         raise TypeError(f"asarray(): cannot convert {type(obj).__name__} to a tensor: {e}") from None
     if arr.dtype == object:
+        _check_python_ints(arr.ravel(), None)
         raise TypeError(f"asarray(): cannot convert {type(obj).__name__} to a tensor (ragged or non-numeric data)")
+    python_data = not isinstance(obj, (np.ndarray, np.generic))
     if d is None:
-        d = _infer_dtype(arr, obj)
+        try:
+            d = _infer_dtype(arr, obj)
+        except TypeError as e:
+            raise TypeError(f"asarray(): {e}") from None
+        if python_data and arr.dtype == np.uint64:  # numpy's choice for ints above int64's range
+            d = _dt.int64
+    if python_data and arr.dtype.kind in "iu" and d.kind in ("int", "uint") and arr.size:
+        _check_python_ints((arr.min(), arr.max()), d)
     if arr.dtype.kind == "c" and d.kind != "complex":
         raise TypeError(f"asarray(): complex data cannot become {d.name}")
     be = dev._backend
@@ -83,33 +93,55 @@ def from_dlpack(x, *, device=None, copy=None) -> Tensor:
 
 
 def zeros(shape, dtype=None, device=None) -> Tensor:
-    return _full(shape, 0.0 if dtype is None else _zero(dtype), dtype=dtype or _dt.float32, device=device)
+    return _filled("zeros", shape, _ZERO, dtype, device)
 
 
 def ones(shape, dtype=None, device=None) -> Tensor:
-    return _full(shape, 1.0 if dtype is None else _one(dtype), dtype=dtype or _dt.float32, device=device)
+    return _filled("ones", shape, _ONE, dtype, device)
 
 
 def empty(shape, dtype=None, device=None) -> Tensor:
     """Like zeros(): anydevice never exposes uninitialized memory."""
-    return zeros(shape, dtype=dtype, device=device)
+    return _filled("empty", shape, _ZERO, dtype, device)
 
 
-def _zero(d):
-    d = _dt.dtype(d)
-    return {"bool": False, "int": 0, "uint": 0, "float": 0.0, "complex": 0j}[d.kind]
-
-
-def _one(d):
-    d = _dt.dtype(d)
-    return {"bool": True, "int": 1, "uint": 1, "float": 1.0, "complex": 1 + 0j}[d.kind]
+_ZERO = {"bool": False, "int": 0, "uint": 0, "float": 0.0, "complex": 0j}
+_ONE = {"bool": True, "int": 1, "uint": 1, "float": 1.0, "complex": 1 + 0j}
 
 
 def empty_like(x, dtype=None, device=None) -> Tensor:
-    return zeros_like(x, dtype=dtype, device=device)
+    return _like("empty_like", x, 0, dtype, device)
 
 
+def _filled(name, shape, fill, dtype, device) -> Tensor:
+    """zeros/ones/empty: arguments checked under the function's own name, the size before allocating."""
+    d = _dtype_arg(name, dtype) or _dt.float32
+    shape = check_shape(shape, name)
+    dev = _device_arg(name, device)
+    check_size(name, shape, d, dev)
+    return xp.full(shape, fill[d.kind], dtype=d, device=dev)
 
 
-def _full(shape, fill_value, dtype=None, device=None) -> Tensor:
-    return xp.full(shape, fill_value, dtype=dtype, device=device)
+def _dtype_arg(name, dtype):
+    try:
+        return None if dtype is None else _dt.dtype(dtype)
+    except TypeError as e:
+        raise TypeError(f"{name}(): dtype: {e}") from None
+
+
+def _device_arg(name, device):
+    try:
+        return as_device(device)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"{name}(): device: {e}") from None
+
+
+def _check_python_ints(values, d) -> None:
+    """OverflowError for a Python int that ``d`` (None: int64, the default) cannot hold."""
+    d = d or _dt.int64
+    info = np.iinfo(d.numpy)
+    for v in values:
+        if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and not info.min <= int(v) <= info.max:
+            hint = "" if d is not _dt.int64 or int(v) > int(np.iinfo(np.uint64).max) or v < 0 else "; pass dtype=uint64"
+            raise OverflowError(f"asarray(): Python int {int(v)} does not fit in {d.name} "
+                                f"(allowed: {info.min}..{info.max}){hint}")

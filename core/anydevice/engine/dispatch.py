@@ -20,13 +20,16 @@ import time
 import warnings
 
 from anydevice.base import dtypes as _dt
-from anydevice.base.errors import FallbackError, PluginError
+from anydevice.base.errors import FallbackError, OutOfMemoryError, PluginError
 from anydevice.engine import graph as _ag
 from anydevice.engine.tensor import Tensor, _detached, _wrap
 from anydevice.ops import load_all
-from anydevice.ops.registry import all_ops, check_category, get_op
+from anydevice.ops.registry import KEY_TYPES, MAX_SIZE, all_ops, check_category, fit_scalar, get_op, scalar_value
+from anydevice.runtime.allocator import fmt_bytes
 from anydevice.runtime.contract import DeviceArray
 from anydevice.runtime.devices import Device, as_device
+
+KEY_TYPES.add(Device)  # devices are interned: a validation cache may hold them
 
 NATIVE, DECOMPOSED, FALLBACK = "native", "decomposed", "fallback"
 _MODES = ("warn", "silent", "error")
@@ -201,23 +204,20 @@ def apply(op, inputs, attrs):
                     f"device with .to() first (anydevice never copies between devices implicitly)"
                 )
     else:
-        device = as_device(attrs.get("device"))
+        device = _device_attr(op, attrs.get("device"))
     if op.has_device_attr:
         attrs["device"] = device
 
-    # dtypes: promote, check the category, cast inputs to the compute dtype
+    # validation, before any device work: attributes (the registry's schema), dtypes (promote,
+    # check the category), canon and the shape rule, the size of the result
+    in_dtypes = (_input_dtypes(op, flat, tensors) if scalars else [t.dtype for t in flat]) if flat else []
+    shapes = [[t.shape for t in x] if isinstance(x, list) else getattr(x, "shape", ()) for x in inputs]
+    if op.schema:
+        attrs = op.validate(attrs, shapes, in_dtypes)
     if flat or op.has_device_attr:
-        in_dtypes = (_input_dtypes(op, flat, tensors) if scalars else [t.dtype for t in flat]) if flat else []
         compute, out_dtype = _dtypes_of(op, in_dtypes, attrs)
     else:
         compute = out_dtype = None
-    if compute is not None:
-        if type(compute) is tuple:
-            if scalars or any(d is not c for d, c in zip(in_dtypes, compute)):
-                inputs = _cast_inputs(op, inputs, compute, device)
-            compute = compute[0]
-        elif scalars or any(d is not compute for d in in_dtypes):
-            inputs = _cast_inputs(op, inputs, compute, device)
     if op.has_device_attr and "dtype" in attrs:
         attrs["dtype"] = out_dtype
     be = device._backend
@@ -225,11 +225,20 @@ def apply(op, inputs, attrs):
         if _depth() > 0:  # a step of a decomposition needs a dtype this device lacks: the whole op falls back
             raise _NeedsFallback(op.name)
         be.check_dtype(device.index, out_dtype)
-
-    shapes = [[t.shape for t in x] if isinstance(x, list) else x.shape for x in inputs]
     if op.canon is not None:
         attrs = op.canon(shapes, attrs)
     out_shape = op.shape_rule(shapes, attrs)
+    if out_dtype is not None:
+        check_size(op.name, out_shape, out_dtype, device)
+
+    # cast inputs to the compute dtype, then value checks that need data (index bounds)
+    if compute is not None:
+        if type(compute) is tuple:
+            if scalars or any(d is not c for d, c in zip(in_dtypes, compute)):
+                inputs = _cast_inputs(op, inputs, compute, device)
+            compute = compute[0]
+        elif scalars or any(d is not compute for d in in_dtypes):
+            inputs = _cast_inputs(op, inputs, compute, device)
     if op.check is not None:
         op.check(xp, inputs, attrs)
 
@@ -238,14 +247,20 @@ def apply(op, inputs, attrs):
     )
     through_decomp = needs_grad and op.vjp is None and op.decomposition is not None
     t0 = time.perf_counter() if _observers and _depth() == 0 and not getattr(_tls, "quiet", False) else None
-    if through_decomp:
-        result = _decompose(op, inputs, attrs, device, compute, out_dtype)
-        path = DECOMPOSED
-    elif needs_grad:
-        with _ag.no_grad():
+    try:
+        if through_decomp:
+            result = _decompose(op, inputs, attrs, device, compute, out_dtype)
+            path = DECOMPOSED
+        elif needs_grad:
+            with _ag.no_grad():
+                result, path = _execute(op, inputs, attrs, device, compute, out_shape, out_dtype)
+        else:
             result, path = _execute(op, inputs, attrs, device, compute, out_shape, out_dtype)
-    else:
-        result, path = _execute(op, inputs, attrs, device, compute, out_shape, out_dtype)
+    except MemoryError as e:  # a kernel's own allocation (numpy on cpu): anydevice's OutOfMemoryError
+        if isinstance(e, OutOfMemoryError):
+            raise
+        raise OutOfMemoryError(f"{op.name}(): {device} ran out of memory for a result of shape {out_shape} "
+                               f"({out_dtype.name if out_dtype else '?'}): {e}") from e
     if not isinstance(result, Tensor):
         result = _wrap(result, out_shape, out_dtype, device)
     elif path == DECOMPOSED and any(result is t for t in tensors):  # e.g. positive(x) = x: never alias an input
@@ -268,6 +283,53 @@ def _plain(v) -> bool:
     if t is tuple:
         return all(_plain(e) for e in v)
     return t in _PLAIN or t is Device
+
+
+def _device_attr(op, spec, name=None):
+    """The ``device`` attribute resolved to a Device; errors name the op (or ``name``)."""
+    try:
+        return as_device(spec)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"{name or op.name}(): device: {e}") from None
+
+
+_capacity: dict = {}
+#: Results up to this many bytes skip the capacity check.
+_SMALL_BYTES = 1 << 24
+
+
+def check_size(name: str, shape, dtype, device) -> None:
+    """Refuse a result before allocating it: OutOfMemoryError when its byte size exceeds what
+    ``device`` reports (``memory_info``' total) or any tensor can have (2**63 - 1 bytes);
+    ValueError for an empty shape whose other dimensions alone are that large (as numpy)."""
+    n = 1
+    for s in shape:
+        n *= s
+    if n * dtype.itemsize <= _SMALL_BYTES:
+        if n == 0 and len(shape) > 1:
+            _check_empty_size(name, shape, dtype)
+        return
+    total = _capacity.get(device)
+    if total is None:
+        try:
+            total = device._backend.memory_info(device.index)[1]
+        except Exception:  # a runtime that cannot say: only the hard limit applies
+            total = None
+        total = _capacity[device] = total or MAX_SIZE
+    nbytes = n * dtype.itemsize
+    if nbytes > min(total, MAX_SIZE):
+        limit = "more than any tensor can have" if nbytes > MAX_SIZE else f"more than its capacity ({fmt_bytes(total)})"
+        raise OutOfMemoryError(f"{name}(): cannot allocate {fmt_bytes(nbytes)} on {device} for a result of shape "
+                               f"{tuple(shape)} and dtype {dtype.name}: {limit}")
+
+
+def _check_empty_size(name: str, shape, dtype) -> None:
+    n = dtype.itemsize
+    for s in shape:
+        n *= s or 1
+    if n > MAX_SIZE:
+        raise ValueError(f"{name}(): shape {tuple(shape)} is too big: its non-zero dimensions times the item size "
+                         f"exceed {MAX_SIZE} bytes, even though it is empty")
 
 
 def _dtypes_of(op, in_dtypes, attrs):
@@ -298,13 +360,15 @@ def _input_dtypes(op, flat, tensors):
     if ref is _dt.bool_:
         ref = next((t.dtype for t in tensors if t.dtype is not _dt.bool_), ref)
     out = []
-    for x in flat:
+    for name, x in zip(op.inputs, flat):
         if not isinstance(x, Tensor):
             if not _dt.scalar_dtype_ok(x, ref):
                 raise TypeError(
                     f"{op.name}(): a Python {type(x).__name__} cannot be combined with a {ref.name} tensor "
                     f"(Array API rules); use a tensor of a matching dtype or astype()"
                 )
+            if type(x) is int:
+                fit_scalar(op.name, name, x, ref)  # OverflowError before any device work
             out.append(ref)
         else:
             out.append(x.dtype)
@@ -504,33 +568,48 @@ def op_function(op):
 
 def full_like(x, fill_value, dtype=None, device=None) -> Tensor:
     """A tensor of ``x``'s shape filled with ``fill_value`` (dtype and device default to ``x``'s)."""
-    d = _dt.dtype(dtype) if dtype is not None else x.dtype
-    if isinstance(fill_value, (int, float, bool, complex)):
-        fill_value = _coerce(fill_value, d)
-    return op_function(get_op("full"))(x.shape, fill_value, dtype=d, device=device if device is not None else x.device)
+    return _like("full_like", x, fill_value, dtype, device)
 
 
-def _coerce(v, d):
+def _like(name, x, fill_value, dtype, device) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name}(): x must be a Tensor, not {type(x).__name__}; "
+                        f"use {name.replace('_like', '')}(shape) to make a tensor from a shape")
+    try:
+        d = _dt.dtype(dtype) if dtype is not None else x.dtype
+    except TypeError as e:
+        raise TypeError(f"{name}(): dtype: {e}") from None
+    v = scalar_value(fill_value)
+    if v is None:
+        raise TypeError(f"{name}(): fill_value must be a Python number, not {type(fill_value).__name__}")
+    v = _coerce(name, v, d)
+    fit_scalar(name, "fill_value", v, d)
+    dev = x.device if device is None else _device_attr(get_op("full"), device, name)
+    return op_function(get_op("full"))(x.shape, v, dtype=d, device=dev)
+
+
+def _coerce(name, v, d):
+    """Python scalars become the dtype's kind (``zeros_like(int_x)`` fills with the int 0)."""
     k = d.kind
     if k == "bool":
         return bool(v)
     if k in ("int", "uint"):
-        if isinstance(v, float) and not v.is_integer():
-            raise TypeError(f"full_like(): {v!r} does not fit dtype {d.name}")
+        if isinstance(v, complex) or (isinstance(v, float) and not v.is_integer()):
+            raise TypeError(f"{name}(): fill_value {v!r} does not fit in {d.name} (an integer dtype)")
         return int(v)
     if k == "float":
         if isinstance(v, complex):
-            raise TypeError(f"full_like(): {v!r} does not fit dtype {d.name}")
+            raise TypeError(f"{name}(): fill_value {v!r} does not fit in {d.name} (a real dtype)")
         return float(v)
     return complex(v)
 
 
 def zeros_like(x, dtype=None, device=None) -> Tensor:
-    return full_like(x, 0, dtype=dtype, device=device)
+    return _like("zeros_like", x, 0, dtype, device)
 
 
 def ones_like(x, dtype=None, device=None) -> Tensor:
-    return full_like(x, 1, dtype=dtype, device=device)
+    return _like("ones_like", x, 1, dtype, device)
 
 
 class Namespace:

@@ -11,40 +11,25 @@ import math
 import numpy as np
 
 from anydevice.base import dtypes as _dt
-from anydevice.ops.registry import define
-
-
-def _scalar_dtype(v):
-    if isinstance(v, bool):
-        return _dt.bool_
-    if isinstance(v, int):
-        return _dt.int64
-    if isinstance(v, float):
-        return _dt.float32
-    if isinstance(v, complex):
-        return _dt.complex64
-    raise TypeError(f"expected a Python bool, int, float or complex scalar, got {type(v).__name__}")
-
-
-def _shape(shape, name):
-    if isinstance(shape, (int, np.integer)):
-        shape = (int(shape),)
-    if isinstance(shape, (str, bytes)):
-        raise TypeError(f"{name}(): shape must be an int or a sequence of ints, not {shape!r}")
-    try:
-        shape = tuple(int(s) for s in shape)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name}(): shape must be an int or a sequence of ints, not {shape!r}") from None
-    if any(s < 0 for s in shape):
-        raise ValueError(f"{name}(): negative dimension in shape {shape}")
-    return shape
+from anydevice.ops.registry import (
+    MAX_SIZE,
+    Bool,
+    Device,
+    DType,
+    Int,
+    Optional,
+    Scalar,
+    Shape,
+    check_shape,
+    default_dtype,
+    define,
+    fit_scalar,
+)
 
 
 def _full_rule(ds, attrs):
     d = attrs["dtype"]
-    d = _dt.dtype(d) if d is not None else _scalar_dtype(attrs["fill_value"])
-    if not _dt.scalar_dtype_ok(attrs["fill_value"], d) and not isinstance(attrs["fill_value"], (np.generic,)):
-        raise TypeError(f"full(): fill value {attrs['fill_value']!r} does not fit dtype {d.name} (Array API rules)")
+    d = _dt.dtype(d) if d is not None else default_dtype(attrs["fill_value"])
     return d, d
 
 
@@ -55,8 +40,8 @@ def _full_ref(shape, fill_value, dtype, device=None):
     return np.full(shape, fill_value, dtype=_dt.dtype(dtype).numpy)
 
 
-define("full", attrs={"shape": (), "fill_value": 0, "dtype": None, "device": None}, dtype_rule=_full_rule,
-       canon=lambda s, a: {**a, "shape": _shape(a["shape"], "full"), "dtype": _full_rule([], a)[1]},
+define("full", attrs={"shape": Shape(), "fill_value": Scalar(0, fits="dtype"), "dtype": DType(), "device": Device()},
+       dtype_rule=_full_rule, canon=lambda s, a: {**a, "shape": check_shape(a["shape"], "full"), "dtype": _full_rule([], a)[1]},
        shape_rule=lambda s, a: a["shape"], reference=_full_ref, category="creation", differentiable=False)
 
 
@@ -78,14 +63,36 @@ def _canon_arange(shapes, attrs):
         start, stop = 0, start
     if step == 0:
         raise ValueError("arange(): step must not be zero")
-    return {**attrs, "start": start, "stop": stop, "step": step, "dtype": _arange_rule([], attrs)[1]}
+    d = _arange_rule([], attrs)[1]
+    try:
+        n = _arange_len(start, stop, step)
+    except OverflowError:
+        n = math.inf
+    if n > MAX_SIZE:
+        raise ValueError(f"arange(): start={_short(start)}, stop={_short(stop)}, step={_short(step)} give more elements "
+                         f"than any tensor can have ({MAX_SIZE})")
+    if d.kind in ("int", "uint"):  # integer results: integer arguments, and every value fits the dtype
+        for name, v in (("start", start), ("stop", stop), ("step", step)):
+            if type(v) is not int:
+                fit_scalar("arange", name, v, d)
+        if n:
+            fit_scalar("arange", "start", start, d)
+            fit_scalar("arange", "the last value (start + (n - 1) * step)", start + (n - 1) * step, d)
+    return {**attrs, "start": start, "stop": stop, "step": step, "dtype": d}
+
+
+def _short(v) -> str:
+    r = repr(v)
+    return r if len(r) <= 24 else f"{r[:10]}...{r[-6:]}"
 
 
 def _arange_len(start, stop, step):
     return max(0, math.ceil((stop - start) / step))
 
 
-define("arange", attrs={"start": 0, "stop": None, "step": 1, "dtype": None, "device": None},
+_REAL = Scalar(0, kinds=(int, float), finite=True)
+define("arange", attrs={"start": _REAL, "stop": Optional(_REAL), "step": Scalar(1, kinds=(int, float), finite=True),
+                        "dtype": DType(), "device": Device()},
        dtype_rule=_arange_rule, canon=_canon_arange,
        shape_rule=lambda s, a: (_arange_len(a["start"], a["stop"], a["step"]),),
        reference=lambda start, stop, step, dtype, device=None: (start + step * np.arange(_arange_len(start, stop, step), dtype=np.float64)).astype(_dt.dtype(dtype).numpy) if _dt.dtype(dtype).kind == "float" else np.arange(start, stop, step).astype(_dt.dtype(dtype).numpy),
@@ -111,16 +118,8 @@ def _eye_ref(n_rows, n_cols=None, k=0, dtype=None, device=None):
     return np.eye(n_rows, n_cols, k=k, dtype=_eye_rule([], {"dtype": dtype})[1].numpy)
 
 
-def _canon_eye(shapes, attrs):
-    for name in ("n_rows", "n_cols"):
-        v = attrs[name]
-        if v is not None and (not isinstance(v, int) or v < 0):
-            raise ValueError(f"eye(): {name} must be a non-negative int, not {v!r}")
-    return attrs
-
-
-define("eye", attrs={"n_rows": 0, "n_cols": None, "k": 0, "dtype": None, "device": None}, dtype_rule=_eye_rule,
-       canon=_canon_eye,
+define("eye", attrs={"n_rows": Int(0, lo=0), "n_cols": Optional(Int(0, lo=0)), "k": Int(0), "dtype": DType(),
+                     "device": Device()}, dtype_rule=_eye_rule,
        shape_rule=lambda s, a: (a["n_rows"], a["n_rows"] if a["n_cols"] is None else a["n_cols"]),
        reference=_eye_ref, decomposition=_eye, category="creation", differentiable=False)
 
@@ -147,13 +146,9 @@ def _linspace(xp, start, stop, num, dtype=None, device=None, endpoint=True):
     return out if out.dtype is d else xp.astype(out, d)
 
 
-def _canon_linspace(shapes, attrs):
-    if not isinstance(attrs["num"], int) or attrs["num"] < 0:
-        raise ValueError(f"linspace(): num must be a non-negative int, not {attrs['num']!r}")
-    return attrs
-
-
-define("linspace", attrs={"start": 0.0, "stop": 1.0, "num": 50, "dtype": None, "device": None, "endpoint": True},
-       dtype_rule=_linspace_rule, canon=_canon_linspace, shape_rule=lambda s, a: (a["num"],),
+_NUMBER = Scalar(0.0, kinds=(int, float, complex))
+define("linspace", attrs={"start": _NUMBER, "stop": Scalar(1.0, kinds=(int, float, complex)), "num": Int(50, lo=0),
+                          "dtype": DType(), "device": Device(), "endpoint": Bool(True)},
+       dtype_rule=_linspace_rule, shape_rule=lambda s, a: (a["num"],),
        reference=lambda start, stop, num, dtype=None, device=None, endpoint=True: np.linspace(start, stop, num, endpoint=endpoint),
        decomposition=_linspace, category="creation", differentiable=False)

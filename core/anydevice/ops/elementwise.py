@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from anydevice.base import dtypes as _dt
-from anydevice.ops.registry import define, elementwise_shape, same, to_bool, to_real
+from anydevice.ops.registry import Choice, Optional, Scalar, define, elementwise_shape, same, to_bool, to_real
 
 
 def unbroadcast(xp, g, shape):
@@ -145,15 +145,9 @@ def _gelu_vjp(xp, g, i, o, approximate="none"):
     return (g * (cdf + x * pdf),)
 
 
-def _check_approx(shapes, attrs):
-    if attrs["approximate"] not in ("none", "tanh"):
-        raise ValueError(f"gelu(): approximate must be 'none' or 'tanh', not {attrs['approximate']!r}")
-    return attrs
-
-
-define("gelu", inputs=("x",), attrs={"approximate": "none"}, dtype_rule=same("real_floating"),
+define("gelu", inputs=("x",), attrs={"approximate": Choice("none", ("none", "tanh"))}, dtype_rule=same("real_floating"),
        shape_rule=_eshape("gelu"), reference=_gelu_ref, vjp=_gelu_vjp, decomposition=_gelu,
-       category="elementwise", canon=_check_approx, doc="Gaussian error linear unit")
+       category="elementwise", doc="Gaussian error linear unit")
 
 
 # --- binary primitives -----------------------------------------------------------------------
@@ -192,7 +186,21 @@ def _vjp_rem(xp, g, i, o):
 binary("add", np.add, vjp=_vjp_add, cat="numeric")
 binary("multiply", np.multiply, vjp=_vjp_mul, cat="numeric")
 binary("divide", np.divide, vjp=_vjp_div, cat="floating", domain="nonzero_divisor")
-binary("pow", np.power, vjp=_vjp_pow, cat="numeric", domain="pow")
+def _pow_ref(x1, x2):
+    """x1 ** x2; for integers a negative exponent gives the truncated reciprocal of x1 ** -x2."""
+    x1, x2 = np.broadcast_arrays(np.asarray(x1), np.asarray(x2))
+    if x1.dtype.kind != "i":
+        return np.power(x1, x2)
+    neg = x2 < 0
+    out = np.power(x1, np.where(neg, 0, x2).astype(x2.dtype))
+    odd = (x2 % 2) != 0
+    rec = np.where(x1 == 1, 1, np.where(x1 == -1, np.where(odd, -1, 1), 0)).astype(x1.dtype)
+    return np.where(neg, rec, out)
+
+
+binary("pow", _pow_ref, vjp=_vjp_pow, cat="numeric", domain="pow",
+       doc="x1 ** x2. Integer x1 ** negative x2 is the truncated reciprocal of x1 ** -x2 on every device: "
+           "1 for x1 == 1, 1 or -1 for x1 == -1 (even or odd x2), 0 otherwise (x1 == 0 included)")
 binary("maximum", np.maximum, vjp=_vjp_select(lambda xp, a, b: xp.greater_equal(a, b)), cat="real")
 binary("minimum", np.minimum, vjp=_vjp_select(lambda xp, a, b: xp.less_equal(a, b)), cat="real")
 binary("remainder", np.remainder, vjp=_vjp_rem, cat="real", domain="nonzero_divisor")
@@ -260,21 +268,8 @@ define("where", inputs=("condition", "x1", "x2"), dtype_rule=_where_rule, shape_
        reference=np.where, vjp=_vjp_where, category="elementwise", doc="condition ? x1 : x2")
 
 
-def _clip_rule(ds, attrs):
-    d = ds[0]
-    for k in ("min", "max"):
-        v = attrs.get(k)
-        if v is not None and type(v) not in (bool, int, float, complex):
-            raise TypeError(f"clip(): {k} must be None or a Python number, not {type(v).__name__}")
-        if type(v) in (bool, int, float, complex) and not _dt.scalar_dtype_ok(v, d):
-            raise TypeError(f"clip(): {k}={v!r} cannot be combined with a {d.name} tensor (Array API rules)")
-    for e in ds[1:]:
-        if _dt.promote(d, e) is not d:
-            raise TypeError(f"clip(): bounds of dtype {e.name} would change the result dtype {d.name}")
-    return d, d
-
-
-_clip_rule.category = "real"
+_clip_rule = same("real")  # the bounds are Python scalars that must fit x's dtype (the schema checks)
+_BOUND = Optional(Scalar(None, fits="x"))
 
 
 def _clip(xp, x, min=None, max=None):
@@ -303,6 +298,6 @@ def _clip_vjp(xp, g, i, o, min=None, max=None):
     return (xp.where(keep, g, xp.zeros_like(g)),)
 
 
-define("clip", inputs=("x",), attrs={"min": None, "max": None}, dtype_rule=_clip_rule, shape_rule=_eshape("clip"),
+define("clip", inputs=("x",), attrs={"min": _BOUND, "max": _BOUND}, dtype_rule=_clip_rule, shape_rule=_eshape("clip"),
        reference=_clip_ref, vjp=_clip_vjp, decomposition=_clip, category="elementwise",
        doc="limit values to [min, max] (Python scalars as bounds)")

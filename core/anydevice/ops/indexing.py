@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from anydevice.base import dtypes as _dt
-from anydevice.ops.registry import check_index_range, define, normalize_axis, with_indices
+from anydevice.ops.registry import Attr, Axis, Optional, check_index_range, define, normalize_axis, with_indices
 
 
 def _is_canonical(key) -> bool:
@@ -101,7 +101,7 @@ def _canon_key(shapes, attrs):
     return {"key": canonical_key(attrs["key"], shapes[0])}
 
 
-define("getitem", inputs=("x",), attrs={"key": ()}, dtype_rule=_same, canon=_canon_key, shape_rule=lambda s, a: key_shape(a["key"]),
+define("getitem", inputs=("x",), attrs={"key": Attr(())}, dtype_rule=_same, canon=_canon_key, shape_rule=lambda s, a: key_shape(a["key"]),
        reference=_getitem_ref, vjp=_vjp_getitem, category="indexing",
        doc="basic indexing x[key] with a canonical key (see module docstring)")
 
@@ -140,7 +140,7 @@ def _vjp_setitem(xp, g, i, o, key):
     return gx, gv
 
 
-define("setitem", inputs=("x", "value"), attrs={"key": ()}, dtype_rule=_setitem_rule, canon=_canon_key, shape_rule=_setitem_shape,
+define("setitem", inputs=("x", "value"), attrs={"key": Attr(())}, dtype_rule=_setitem_rule, canon=_canon_key, shape_rule=_setitem_shape,
        reference=_setitem_ref, vjp=_vjp_setitem, category="indexing",
        doc="a copy of x with x[key] = value (Tensor.__setitem__ rebinds x to it)")
 
@@ -195,6 +195,6 @@ def _check_take(xp, inputs, attrs):
     check_index_range(xp, "take", "index", idx, -n, n, f"for axis {attrs['axis']} with size {n}")
 
 
-define("take", inputs=("x", "indices"), attrs={"axis": None}, dtype_rule=_take_rule, canon=_canon_take, check=_check_take,
+define("take", inputs=("x", "indices"), attrs={"axis": Optional(Axis())}, dtype_rule=_take_rule, canon=_canon_take, check=_check_take,
        shape_rule=_take_shape, reference=_take_ref, vjp=_vjp_take, category="indexing", domain="take",
        doc="gather along one axis; negative indices count from the end")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from anydevice.ops.registry import broadcast_shapes, define, normalize_axis, same
+from anydevice.base.errors import AxisError
+from anydevice.ops.registry import Int, broadcast_shapes, define, same
 
 
 def _mm_shape(shapes, attrs):
@@ -72,15 +73,22 @@ define("matmul", inputs=("x1", "x2"), dtype_rule=same("numeric"), shape_rule=_mm
 
 
 def _vecdot_shape(shapes, attrs):
+    """The contracted axis counts from the end of the broadcast shape; both inputs must have it,
+    with one size (Array API: it is not broadcast)."""
     a, b = shapes
     s = broadcast_shapes(a, b, opname="vecdot")
-    ax = normalize_axis(attrs["axis"], len(s), "vecdot")
-    if a[ax - len(s)] != b[ax - len(s)] if len(a) == len(b) else False:
-        raise ValueError(f"vecdot(): axis {attrs['axis']} has different sizes in {a} and {b}")
-    return s[:ax] + s[ax + 1:]
+    axis, n = attrs["axis"], min(len(a), len(b))
+    k = axis - len(s) if 0 <= axis < len(s) else axis  # the axis, counted from the end
+    if not -n <= k < 0:
+        raise AxisError(f"vecdot(): axis {axis} is not an axis of both inputs {a} and {b} (allowed: {-n}..-1, or the "
+                        f"same axis counted from the front of the broadcast shape {s})")
+    if a[k] != b[k]:
+        raise ValueError(f"vecdot(): axis {axis} has different sizes in {a} and {b} ({a[k]} != {b[k]}); "
+                         f"the contracted axis is not broadcast")
+    return s[:len(s) + k] + s[len(s) + k + 1:]
 
 
-define("vecdot", inputs=("x1", "x2"), attrs={"axis": -1}, dtype_rule=same("real"), shape_rule=_vecdot_shape,
+define("vecdot", inputs=("x1", "x2"), attrs={"axis": Int(-1)}, dtype_rule=same("real"), shape_rule=_vecdot_shape,
        reference=lambda a, b, axis=-1: np.sum(np.conj(a) * b, axis=axis),
        decomposition=lambda xp, a, b, axis=-1: xp.sum(a * b, axis=axis, dtype=a.dtype), category="linalg",
        tolerance={"float32": (1e-5, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2)})  # half: a dot product, like matmul

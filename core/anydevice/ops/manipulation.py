@@ -7,7 +7,22 @@ import math
 import numpy as np
 
 from anydevice.base import dtypes as _dt
-from anydevice.ops.registry import broadcast_shapes, define, normalize_axes, normalize_axis, same
+from anydevice.ops.registry import (
+    Axes,
+    Axis,
+    Bool,
+    DType,
+    Int,
+    Ints,
+    Optional,
+    Shape,
+    broadcast_shapes,
+    check_shape,
+    define,
+    normalize_axes,
+    normalize_axis,
+    same,
+)
 from anydevice.ops.statistical import reduced_shape
 
 
@@ -19,25 +34,11 @@ def _same(cat="all"):
     return rule
 
 
-def _shape_tuple(shape, name):
-    if isinstance(shape, int):
-        shape = (shape,)
-    if isinstance(shape, (str, bytes)):
-        raise TypeError(f"{name}(): shape must be an int or a sequence of ints, not {shape!r}")
-    try:
-        shape = tuple(int(s) for s in shape)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name}(): shape must be an int or a sequence of ints, not {shape!r}") from None
-    return shape
-
-
 # --- reshape ------------------------------------------------------------------------------------
 def _canon_reshape(shapes, attrs):
     src = shapes[0]
-    shape = _shape_tuple(attrs["shape"], "reshape")
+    shape = check_shape(attrs["shape"], "reshape", unknown=True)
     n = math.prod(src)
-    if shape.count(-1) > 1 or any(s < -1 for s in shape):
-        raise ValueError(f"reshape(): invalid target shape {shape}: sizes must be >= 0 with at most one -1")
     if -1 in shape:
         rest = math.prod(s for s in shape if s != -1)
         if rest == 0 or n % rest:
@@ -48,7 +49,7 @@ def _canon_reshape(shapes, attrs):
     return {**attrs, "shape": shape}
 
 
-define("reshape", inputs=("x",), attrs={"shape": (), "copy": None}, dtype_rule=_same(), canon=_canon_reshape,
+define("reshape", inputs=("x",), attrs={"shape": Shape(unknown=True), "copy": Optional(Bool())}, dtype_rule=_same(), canon=_canon_reshape,
        shape_rule=lambda s, a: a["shape"], reference=lambda x, shape, copy=None: np.reshape(x, shape),
        vjp=lambda xp, g, i, o, shape, copy=None: (xp.reshape(g, i[0].shape),), category="manipulation")
 
@@ -57,8 +58,9 @@ define("reshape", inputs=("x",), attrs={"shape": (), "copy": None}, dtype_rule=_
 def _canon_perm(shapes, attrs):
     nd = len(shapes[0])
     axes = tuple(attrs["axes"])
-    if sorted(a % nd if nd else a for a in axes) != list(range(nd)) or len(axes) != nd:
-        raise ValueError(f"permute_dims(): axes {axes} is not a permutation of 0..{nd - 1}")
+    if len(axes) != nd or sorted(a % nd if nd and -nd <= a < nd else -1 for a in axes) != list(range(nd)):
+        raise ValueError(f"permute_dims(): axes {axes} is not a permutation of 0..{nd - 1} (negative axes count "
+                         f"from the end)")
     return {"axes": tuple(a % nd for a in axes)}
 
 
@@ -69,14 +71,14 @@ def _vjp_perm(xp, g, i, o, axes):
     return (xp.permute_dims(g, tuple(inv)),)
 
 
-define("permute_dims", inputs=("x",), attrs={"axes": ()}, dtype_rule=_same(), canon=_canon_perm,
+define("permute_dims", inputs=("x",), attrs={"axes": Ints(())}, dtype_rule=_same(), canon=_canon_perm,
        shape_rule=lambda s, a: tuple(s[0][k] for k in a["axes"]),
        reference=lambda x, axes: np.transpose(x, axes), vjp=_vjp_perm, category="manipulation")
 
 
 # --- broadcast_to -----------------------------------------------------------------------------------
 def _canon_bcast(shapes, attrs):
-    shape = _shape_tuple(attrs["shape"], "broadcast_to")
+    shape = check_shape(attrs["shape"], "broadcast_to")
     src = shapes[0]
     if len(src) > len(shape) or broadcast_shapes(src, shape, opname="broadcast_to") != shape:
         raise ValueError(f"broadcast_to(): cannot broadcast shape {src} to {shape}")
@@ -89,7 +91,7 @@ def _vjp_bcast(xp, g, i, o, shape):
     return (unbroadcast(xp, g, i[0].shape),)
 
 
-define("broadcast_to", inputs=("x",), attrs={"shape": ()}, dtype_rule=_same(), canon=_canon_bcast,
+define("broadcast_to", inputs=("x",), attrs={"shape": Shape()}, dtype_rule=_same(), canon=_canon_bcast,
        shape_rule=lambda s, a: a["shape"], reference=lambda x, shape: np.broadcast_to(x, shape).copy(),
        vjp=_vjp_bcast, category="manipulation")
 
@@ -144,7 +146,7 @@ def _vjp_concat(xp, g, i, o, axis):
     return tuple(grads)
 
 
-define("concat", inputs=("*arrays",), attrs={"axis": 0}, dtype_rule=same(), canon=_canon_concat,
+define("concat", inputs=("*arrays",), attrs={"axis": Optional(Int(0), default=0)}, dtype_rule=same(), canon=_canon_concat,
        shape_rule=_concat_shape, reference=_concat_ref, vjp=_vjp_concat, category="manipulation")
 
 
@@ -169,7 +171,7 @@ def _stack_shape(shapes, attrs):
     return tuple(out)
 
 
-define("stack", inputs=("*arrays",), attrs={"axis": 0}, dtype_rule=same(), shape_rule=_stack_shape,
+define("stack", inputs=("*arrays",), attrs={"axis": Axis(0, extra=1)}, dtype_rule=same(), shape_rule=_stack_shape,
        reference=lambda arrays, axis=0: np.stack(arrays, axis=axis), decomposition=_stack, category="manipulation")
 
 
@@ -183,7 +185,7 @@ def _canon_squeeze(shapes, attrs):
     return {"axis": axes}
 
 
-define("squeeze", inputs=("x",), attrs={"axis": None}, dtype_rule=_same(), canon=_canon_squeeze,
+define("squeeze", inputs=("x",), attrs={"axis": Axes(None)}, dtype_rule=_same(), canon=_canon_squeeze,
        shape_rule=lambda s, a: reduced_shape(s[0], a["axis"], False),
        reference=lambda x, axis: np.squeeze(x, axis=axis),
        decomposition=lambda xp, x, axis: xp.reshape(x, reduced_shape(x.shape, normalize_axes(axis, x.ndim, "squeeze"), False)),
@@ -201,7 +203,7 @@ def _expand_shape(shapes, attrs):
     return tuple(out)
 
 
-define("expand_dims", inputs=("x",), attrs={"axis": 0}, dtype_rule=_same(), canon=_canon_expand,
+define("expand_dims", inputs=("x",), attrs={"axis": Axis(0, extra=1)}, dtype_rule=_same(), canon=_canon_expand,
        shape_rule=_expand_shape, reference=lambda x, axis: np.expand_dims(x, axis),
        decomposition=lambda xp, x, axis: xp.reshape(x, _expand_shape([x.shape], {"axis": normalize_axis(axis, x.ndim + 1, "expand_dims")})),
        category="manipulation")
@@ -212,7 +214,7 @@ def _flip(xp, x, axis=None):
     return x[tuple(slice(None, None, -1) if k in axes else slice(None) for k in range(x.ndim))] if x.ndim else x
 
 
-define("flip", inputs=("x",), attrs={"axis": None}, dtype_rule=_same(),
+define("flip", inputs=("x",), attrs={"axis": Axes(None)}, dtype_rule=_same(),
        canon=lambda s, a: {"axis": normalize_axes(a["axis"], len(s[0]), "flip")},
        shape_rule=lambda s, a: s[0], reference=lambda x, axis: np.flip(x, axis=axis) if x.ndim else x,
        decomposition=_flip, category="manipulation")
@@ -233,8 +235,6 @@ define("matrix_transpose", inputs=("x",), dtype_rule=_same(), shape_rule=_mt_sha
 
 # --- astype ---------------------------------------------------------------------------------------------
 def _astype_rule(ds, attrs):
-    if attrs["dtype"] is None:
-        raise TypeError("astype() needs a dtype")
     out = _dt.dtype(attrs["dtype"])
     if ds[0].kind == "complex" and out.kind != "complex":
         raise TypeError(f"astype(): casting {ds[0].name} to {out.name} would discard the imaginary part")
@@ -260,6 +260,6 @@ def _canon_astype(shapes, attrs):
     return {"dtype": _dt.dtype(attrs["dtype"]), "copy": attrs["copy"]}
 
 
-define("astype", inputs=("x",), attrs={"dtype": None, "copy": True}, dtype_rule=_astype_rule, canon=_canon_astype,
+define("astype", inputs=("x",), attrs={"dtype": DType(required=True), "copy": Bool(True)}, dtype_rule=_astype_rule, canon=_canon_astype,
        shape_rule=lambda s, a: s[0], reference=_astype_ref, vjp=_vjp_astype, category="manipulation",
        domain="astype", doc="convert to another dtype (float to int truncates; out-of-range values are undefined)")

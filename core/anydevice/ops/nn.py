@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from anydevice.ops.registry import check_index_range, define, normalize_axis, same, with_indices
+from anydevice.ops.registry import Choice, Int, Real, check_index_range, define, normalize_axis, same, with_indices
 
 
 def _canon_axis(name):
-    return lambda shapes, attrs: {**attrs, "axis": normalize_axis(attrs["axis"], max(len(shapes[0]), 1), name) if shapes[0] else 0}
+    """A 0-d input counts as 1-D here (axis 0 or -1), as in torch: its softmax is 1."""
+    return lambda shapes, attrs: {**attrs, "axis": normalize_axis(attrs["axis"], max(len(shapes[0]), 1), name)}
 
 
 def _softmax(xp, x, axis=-1):
@@ -53,10 +54,10 @@ def _log_softmax_vjp(xp, g, i, o, axis=-1):
 
 
 _TOL = {"float32": (1e-5, 1e-5), "float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2)}  # half: sums accumulate in the dtype
-define("softmax", inputs=("x",), attrs={"axis": -1}, dtype_rule=same("real_floating"), canon=_canon_axis("softmax"),
+define("softmax", inputs=("x",), attrs={"axis": Int(-1)}, dtype_rule=same("real_floating"), canon=_canon_axis("softmax"),
        shape_rule=lambda s, a: s[0], reference=_softmax_ref, vjp=_softmax_vjp, decomposition=_softmax,
        category="nn", tolerance=_TOL)
-define("log_softmax", inputs=("x",), attrs={"axis": -1}, dtype_rule=same("real_floating"),
+define("log_softmax", inputs=("x",), attrs={"axis": Int(-1)}, dtype_rule=same("real_floating"),
        canon=_canon_axis("log_softmax"), shape_rule=lambda s, a: s[0], reference=_log_softmax_ref,
        vjp=_log_softmax_vjp, decomposition=_log_softmax, category="nn", tolerance=_TOL)
 
@@ -71,10 +72,7 @@ def _ce_shape(shapes, attrs):
         raise ValueError(
             f"cross_entropy(): logits of shape {logits} need labels of shape {tuple(logits[:-1])}, got {labels}"
         )
-    red = attrs["reduction"]
-    if red not in ("mean", "sum", "none"):
-        raise ValueError(f"cross_entropy(): reduction must be 'mean', 'sum' or 'none', not {red!r}")
-    return tuple(labels) if red == "none" else ()
+    return tuple(labels) if attrs["reduction"] == "none" else ()
 
 
 def _onehot(xp, labels, n, dtype):
@@ -114,7 +112,7 @@ def _check_labels(xp, inputs, attrs):
     check_index_range(xp, "cross_entropy", "label", labels, 0, n, f"for {n} classes")
 
 
-define("cross_entropy", inputs=("logits", "labels"), attrs={"reduction": "mean"}, dtype_rule=_ce_rule, check=_check_labels,
+define("cross_entropy", inputs=("logits", "labels"), attrs={"reduction": Choice("mean", ("mean", "sum", "none"))}, dtype_rule=_ce_rule, check=_check_labels,
        shape_rule=_ce_shape, reference=_ce_ref, vjp=_ce_vjp, decomposition=_cross_entropy, category="nn",
        domain="labels", tolerance=_TOL,
        doc="softmax cross entropy of logits (..., C) against integer labels (...)")
@@ -148,7 +146,7 @@ def _ln_ref(x, weight, bias, eps=1e-5):
     return (x - m) / np.sqrt(v + eps) * weight + bias
 
 
-define("layer_norm", inputs=("x", "weight", "bias"), attrs={"eps": 1e-5}, dtype_rule=same("real_floating"),
+define("layer_norm", inputs=("x", "weight", "bias"), attrs={"eps": Real(1e-5, lo=0, open=True)}, dtype_rule=same("real_floating"),
        shape_rule=_ln_shape, reference=_ln_ref, decomposition=_layer_norm, category="nn",
        tolerance={"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2)}, doc="normalize over the trailing weight.ndim dimensions")
 

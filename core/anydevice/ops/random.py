@@ -587,7 +587,7 @@ def _wide_range(d):
 
 
 # Types in the schema; the canon checks the domains (key words, counter room, bounds for the dtype).
-_BASE = {"key": Ints((0, 0)), "offset": Int(0, lo=0), "dtype": DType(), "device": Device()}
+_BASE = {"key": Ints((0, 0)), "offset": Int(0), "dtype": DType(), "device": Device()}
 _REAL = Scalar(0.0, kinds=(int, float))
 _EXACT = {d: (0.0, 0.0) for d in _MANT}  # float results are exact: compared bit for bit
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 import numpy as np
 
 from anydevice.base import dtypes as _dt
-from anydevice.ops.registry import define, normalize_axes, normalize_axis
+from anydevice.ops.registry import Axes, Axis, Bool, DType, Optional, Real, define, normalize_axes, normalize_axis
 
 
 def _canon_axes(name, empty_ok=True):
     def canon(shapes, attrs):
         shape = shapes[0]
         attrs = dict(attrs)
-        attrs["axis"] = normalize_axes(attrs["axis"], len(shape), name)
+        attrs["axis"] = normalize_axes(attrs["axis"], len(shape), name)  # None: every axis
         if not empty_ok and any(shape[a] == 0 for a in attrs["axis"]) or (not empty_ok and not attrs["axis"] and 0 in shape):
             raise ValueError(f"{name}() of an empty array has no identity; reduce over non-empty axes only")
         return attrs
@@ -91,18 +91,18 @@ def _flops(shapes, attrs):
     return n
 
 
-_AX = {"axis": None, "keepdims": False}
-define("sum", inputs=("x",), attrs={**_AX, "dtype": None}, dtype_rule=_acc_rule("all"),
+_AX = {"axis": Axes(None), "keepdims": Bool(False)}
+define("sum", inputs=("x",), attrs={**_AX, "dtype": DType()}, dtype_rule=_acc_rule("all"),
        shape_rule=_rshape, reference=_ref_reduce(np.sum), vjp=_vjp_sum, canon=_canon_axes("sum"),
        category="reduction", flops=_flops, tolerance={"float32": (1e-5, 1e-4)}, dtypes="all",
        doc="sum over axes; integers accumulate in int64/uint64")
-define("prod", inputs=("x",), attrs={**_AX, "dtype": None}, dtype_rule=_acc_rule("numeric", "prod"), shape_rule=_rshape,
+define("prod", inputs=("x",), attrs={**_AX, "dtype": DType()}, dtype_rule=_acc_rule("numeric", "prod"), shape_rule=_rshape,
        reference=_ref_reduce(np.prod), vjp=_vjp_prod, canon=_canon_axes("prod"), category="reduction",
        flops=_flops, domain="prod", tolerance={"float32": (1e-4, 1e-4)}, dtypes="numeric")
-define("max", inputs=("x",), attrs=dict(_AX), dtype_rule=_same_rule("real"), shape_rule=_rshape,
+define("max", inputs=("x",), attrs=_AX, dtype_rule=_same_rule("real"), shape_rule=_rshape,
        reference=_ref_reduce(np.max), vjp=_vjp_extreme, canon=_canon_axes("max", empty_ok=False),
        category="reduction", flops=_flops)
-define("min", inputs=("x",), attrs=dict(_AX), dtype_rule=_same_rule("real"), shape_rule=_rshape,
+define("min", inputs=("x",), attrs=_AX, dtype_rule=_same_rule("real"), shape_rule=_rshape,
        reference=_ref_reduce(np.min), vjp=_vjp_extreme, canon=_canon_axes("min", empty_ok=False),
        category="reduction", flops=_flops)
 
@@ -110,10 +110,9 @@ define("min", inputs=("x",), attrs=dict(_AX), dtype_rule=_same_rule("real"), sha
 def _canon_arg(name):
     def canon(shapes, attrs):
         shape = shapes[0]
-        attrs = dict(attrs)
         if attrs["axis"] is not None:
-            attrs["axis"] = normalize_axis(attrs["axis"], len(shape), name)
-            if shape and shape[attrs["axis"]] == 0:
+            attrs = {**attrs, "axis": normalize_axis(attrs["axis"], len(shape), name)}
+            if shape[attrs["axis"]] == 0:
                 raise ValueError(f"{name}() of an empty axis is undefined")
         elif 0 in shape:
             raise ValueError(f"{name}() of an empty array is undefined")
@@ -144,10 +143,11 @@ def _index_rule(ds, attrs):
 
 
 _index_rule.category = "real"
-define("argmax", inputs=("x",), attrs=dict(_AX), dtype_rule=_index_rule, shape_rule=_argshape,
+_ARG = {"axis": Optional(Axis()), "keepdims": Bool(False)}
+define("argmax", inputs=("x",), attrs=_ARG, dtype_rule=_index_rule, shape_rule=_argshape,
        reference=_argref(np.argmax), canon=_canon_arg("argmax"), category="reduction", differentiable=False,
        doc="index of the first maximum (flattened when axis is None)")
-define("argmin", inputs=("x",), attrs=dict(_AX), dtype_rule=_index_rule, shape_rule=_argshape,
+define("argmin", inputs=("x",), attrs=_ARG, dtype_rule=_index_rule, shape_rule=_argshape,
        reference=_argref(np.argmin), canon=_canon_arg("argmin"), category="reduction", differentiable=False)
 
 
@@ -168,21 +168,9 @@ def _vjp_mean(xp, g, i, o, axis, keepdims):
 
 
 _float_rule = _same_rule("floating")
-define("mean", inputs=("x",), attrs=dict(_AX), dtype_rule=_float_rule, shape_rule=_rshape,
+define("mean", inputs=("x",), attrs=_AX, dtype_rule=_float_rule, shape_rule=_rshape,
        reference=_ref_reduce(np.mean), vjp=_vjp_mean, decomposition=_mean, canon=_canon_axes("mean"),
        category="reduction", flops=_flops, tolerance={"float32": (1e-5, 1e-4)})
-
-
-def _canon_corr(name):
-    axes = _canon_axes(name)
-
-    def canon(shapes, attrs):
-        c = attrs["correction"]
-        if type(c) not in (int, float) or not c >= 0:
-            raise ValueError(f"{name}(): correction must be a non-negative number, not {c!r}")
-        return axes(shapes, attrs)
-
-    return canon
 
 
 def _var(xp, x, axis, keepdims, correction=0.0):
@@ -216,13 +204,13 @@ def _std_vjp(xp, g, i, o, axis, keepdims, correction=0.0):
     return (dv / (expand_to(xp, o, i[0], axis, keepdims) * 2.0),)
 
 
-_CORR = {**_AX, "correction": 0.0}
-define("var", inputs=("x",), attrs=dict(_CORR), dtype_rule=_same_rule("real_floating"), shape_rule=_rshape,
-       reference=_var_ref, vjp=_var_vjp, decomposition=_var, canon=_canon_corr("var"), category="reduction",
+_CORR = {**_AX, "correction": Real(0.0, lo=0)}
+define("var", inputs=("x",), attrs=_CORR, dtype_rule=_same_rule("real_floating"), shape_rule=_rshape,
+       reference=_var_ref, vjp=_var_vjp, decomposition=_var, canon=_canon_axes("var"), category="reduction",
        flops=_flops, tolerance={"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2)})
-define("std", inputs=("x",), attrs=dict(_CORR), dtype_rule=_same_rule("real_floating"), shape_rule=_rshape,
+define("std", inputs=("x",), attrs=_CORR, dtype_rule=_same_rule("real_floating"), shape_rule=_rshape,
        reference=_std_ref, vjp=_std_vjp, decomposition=lambda xp, x, axis, keepdims, correction=0.0: xp.sqrt(xp.var(x, axis=axis, keepdims=keepdims, correction=correction)),
-       canon=_canon_corr("std"), category="reduction", flops=_flops, tolerance={"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2)})
+       canon=_canon_axes("std"), category="reduction", flops=_flops, tolerance={"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2)})
 
 
 def _bool_rule(ds, attrs):
@@ -237,10 +225,10 @@ def _nonzero_count(xp, x, axis, keepdims):
     return xp.sum(xp.astype(nz, _dt.int64), axis=axis, keepdims=keepdims)
 
 
-define("any", inputs=("x",), attrs=dict(_AX), dtype_rule=_bool_rule, shape_rule=_rshape,
+define("any", inputs=("x",), attrs=_AX, dtype_rule=_bool_rule, shape_rule=_rshape,
        reference=_ref_reduce(np.any), canon=_canon_axes("any"), category="reduction", differentiable=False,
        decomposition=lambda xp, x, axis, keepdims: xp.greater(_nonzero_count(xp, x, axis, keepdims), 0))
-define("all", inputs=("x",), attrs=dict(_AX), dtype_rule=_bool_rule, shape_rule=_rshape,
+define("all", inputs=("x",), attrs=_AX, dtype_rule=_bool_rule, shape_rule=_rshape,
        reference=_ref_reduce(np.all), canon=_canon_axes("all"), category="reduction", differentiable=False,
        decomposition=lambda xp, x, axis, keepdims: xp.equal(_nonzero_count(xp, x, axis, keepdims), _count(x.shape, axis)))
 
@@ -263,6 +251,6 @@ def _lse_vjp(xp, g, i, o, axis, keepdims):
     return (expand_to(xp, g, x, axis, keepdims) * xp.exp(x - expand_to(xp, o, x, axis, keepdims)),)
 
 
-define("logsumexp", inputs=("x",), attrs=dict(_AX), dtype_rule=_same_rule("real_floating"), shape_rule=_rshape,
+define("logsumexp", inputs=("x",), attrs=_AX, dtype_rule=_same_rule("real_floating"), shape_rule=_rshape,
        reference=_lse_ref, vjp=_lse_vjp, decomposition=_logsumexp, canon=_canon_axes("logsumexp", empty_ok=False),
        category="reduction", flops=_flops)
