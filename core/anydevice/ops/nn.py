@@ -13,15 +13,16 @@ def _canon_axis(name):
 
 
 def _softmax(xp, x, axis=-1):
-    if x.ndim == 0:
-        return xp.ones_like(x)
+    if x.ndim == 0:  # e^(x - x) / e^(x - x): 1, or NaN for NaN and ±inf
+        e = xp.exp(x - x)
+        return e / e
     e = xp.exp(x - xp.max(x, axis=axis, keepdims=True))
     return e / xp.sum(e, axis=axis, keepdims=True)
 
 
 def _softmax_ref(x, axis=-1):
     if x.ndim == 0:
-        return np.ones_like(x)
+        return np.exp(x - x) / np.exp(x - x)
     e = np.exp(x - np.max(x, axis=axis, keepdims=True))
     return e / np.sum(e, axis=axis, keepdims=True)
 
@@ -33,8 +34,9 @@ def _softmax_vjp(xp, g, i, o, axis=-1):
 
 
 def _log_softmax(xp, x, axis=-1):
-    if x.ndim == 0:
-        return xp.zeros_like(x)
+    if x.ndim == 0:  # 0, or NaN for NaN and ±inf
+        s = x - x
+        return s - xp.log(xp.exp(s))
     m = xp.max(x, axis=axis, keepdims=True)
     s = x - m
     return s - xp.log(xp.sum(xp.exp(s), axis=axis, keepdims=True))
@@ -42,7 +44,7 @@ def _log_softmax(xp, x, axis=-1):
 
 def _log_softmax_ref(x, axis=-1):
     if x.ndim == 0:
-        return np.zeros_like(x)
+        return (x - x) - np.log(np.exp(x - x))
     m = np.max(x, axis=axis, keepdims=True)
     return x - m - np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True))
 
