@@ -102,16 +102,16 @@ def _argreduce(fn):
 
 
 def _softmax(x, axis):
-    if np.ndim(x) == 0:
-        return np.ones_like(x)
+    if np.ndim(x) == 0:  # 1, or NaN for NaN and ±inf
+        return np.exp(x - x) / np.exp(x - x)
     e = np.exp(x - np.max(x, axis=axis, keepdims=True))
     e /= np.sum(e, axis=axis, keepdims=True)
     return e
 
 
 def _log_softmax(x, axis):
-    if np.ndim(x) == 0:
-        return np.zeros_like(x)
+    if np.ndim(x) == 0:  # 0, or NaN for NaN and ±inf
+        return (x - x) - np.log(np.exp(x - x))
     s = x - np.max(x, axis=axis, keepdims=True)
     return s - np.log(np.sum(np.exp(s), axis=axis, keepdims=True))
 
@@ -133,9 +133,13 @@ def _layer_norm(x, weight, bias, eps):
 
 
 def _gelu(x, approximate):
+    # x / (1 + e^(-2y)) and 0.5 x erfc(-x/√2): 1 + tanh(y) and 1 + erf(...) cancel for negative x
     if approximate == "tanh":
-        return 0.5 * x * (1 + np.tanh(np.asarray(math.sqrt(2 / math.pi), x.dtype) * (x + 0.044715 * x * x * x)))
-    return 0.5 * x * (1 + _erf(x / np.asarray(math.sqrt(2.0), x.dtype)))
+        y = np.asarray(-2 * math.sqrt(2 / math.pi), x.dtype) * (x + np.asarray(0.044715, x.dtype) * x * x * x)
+        return x / (1 + np.exp(y))
+    x64 = np.asarray(x, np.float64)
+    erfc = np.vectorize(math.erfc, otypes=[np.float64])(-x64 / math.sqrt(2.0)) if x64.size else x64
+    return (0.5 * x64 * erfc).astype(np.asarray(x).dtype)
 
 
 def _linspace(start, stop, num, dtype, endpoint):
@@ -147,7 +151,38 @@ def _eye(n_rows, n_cols, k, dtype):
 
 
 def _sign(x):
-    return np.sign(x)
+    if not np.iscomplexobj(x):
+        return np.sign(x)
+    # cos(θ) + sin(θ) j: numpy's x / |x| overflows for large parts and gives NaN a zero or ±1 part
+    t = np.angle(x)
+    r = np.where(x == 0, np.zeros((), x.dtype), np.cos(t) + np.sin(t) * np.asarray(1j, x.dtype))
+    return np.where(np.isnan(x), np.asarray(complex(np.nan, np.nan), x.dtype), r).astype(x.dtype)
+
+
+def _expm1(x):
+    """numpy's expm1, but complex special values as exp(z) - 1 (numpy's gives NaN + NaN j for most)."""
+    r = np.expm1(x)
+    if np.iscomplexobj(x):
+        r = np.where(np.isfinite(x), r, np.exp(x) - np.asarray(1, r.dtype))
+        r = np.where(np.imag(x) == 0, _make_complex(np.real(r), np.imag(x)), r)  # not inf * sin(0) = NaN
+    return r
+
+
+def _log1p(x):
+    """numpy's log1p; complex |x| < 0.5 as 0.5 log1p(2a + a² + b²) + atan2(b, 1 + a) j (numpy's
+    complex log1p is log(1 + x), which loses tiny x)."""
+    if not np.iscomplexobj(x):
+        return np.log1p(x)
+    a, b = np.real(x), np.imag(x)
+    small = _make_complex(0.5 * np.log1p(a * (2 + a) + b * b), np.arctan2(b, 1 + a))
+    return np.where(np.abs(x) < 0.5, small, np.log(_make_complex(1 + a, b))).astype(x.dtype)  # 1 + x loses b = -0
+
+
+def _make_complex(re, im):
+    re, im = np.broadcast_arrays(np.asarray(re), np.asarray(im))
+    out = np.empty(re.shape, np.complex128 if re.dtype == np.float64 else np.complex64)
+    out.real, out.imag = re, im
+    return out
 
 
 def _var(x, axis, keepdims, correction):
@@ -219,12 +254,14 @@ _TABLE = {
     "logical_and": (np.logical_and, "plain"), "logical_or": (np.logical_or, "plain"),
     "logical_xor": (np.logical_xor, "plain"), "hypot": (np.hypot, "half"), "logaddexp": (_logaddexp, "half"),
     "negative": (np.negative, "plain"), "positive": (np.positive, "plain"), "abs": (np.abs, "plain"),
-    "exp": (np.exp, "half"), "expm1": (np.expm1, "half"), "log": (np.log, "half"), "log1p": (np.log1p, "half"),
+    "exp": (np.exp, "half"), "expm1": (_expm1, "half"), "log": (np.log, "half"), "log1p": (_log1p, "half"),
     "log2": (np.log2, "half"), "log10": (np.log10, "half"), "sqrt": (np.sqrt, "half"), "square": (np.square, "quiet"),
     "sin": (np.sin, "half"), "cos": (np.cos, "half"), "tan": (np.tan, "half"), "sinh": (np.sinh, "half"),
     "cosh": (np.cosh, "half"), "tanh": (np.tanh, "half"), "floor": (np.floor, "plain"), "ceil": (np.ceil, "plain"),
     "trunc": (np.trunc, "plain"), "round": (np.round, "plain"), "sign": (_sign, "plain"),
-    "reciprocal": (np.reciprocal, "quiet"), "isnan": (np.isnan, "plain"), "isinf": (np.isinf, "plain"),
+    "real": (lambda x: np.real(x).copy(), "plain"), "imag": (lambda x: np.imag(x).copy(), "plain"),
+    "conj": (np.conj, "plain"), "make_complex": (_make_complex, "plain"),
+    "reciprocal": (lambda x: np.divide(np.ones((), np.asarray(x).dtype), x), "quiet"), "isnan": (np.isnan, "plain"), "isinf": (np.isinf, "plain"),
     "isfinite": (np.isfinite, "plain"), "logical_not": (np.logical_not, "plain"), "bitwise_invert": (np.invert, "plain"),
     "erf": (_erf, "half"), "relu": (lambda x: np.maximum(x, np.zeros((), np.asarray(x).dtype)), "plain"),
     "sigmoid": (lambda x: 1 / (1 + np.exp(-x)), "half"), "gelu": (_gelu, "half"),

@@ -110,7 +110,11 @@ EXPR: dict[str, dict[str, str]] = {
     "reciprocal": {"f": "(1.0{F} / x0)"},
     "sigmoid": {"f": "(1.0{F} / (1.0{F} + exp(-x0)))"},
     "gelu": {"f": "(0.5{F} * x0 * (1.0{F} + erf(x0 * 0.70710678118654752{F})))"},
-    "gelu_tanh": {"f": "(0.5{F} * x0 * (1.0{F} + tanh(0.79788456080286536{F} * (x0 + 0.044715{F} * x0 * x0 * x0))))"},
+    # 0.5 x (1 + tanh(y)) as x / (1 + e^(-2y)): 1 + tanh(y) cancels for negative x, and a tanh that
+    # stops one ulp short of -1 turned gelu(-65504) into -1.95e-3 instead of -0
+    "gelu_tanh": {"f": "(x0 / (1.0{F} + exp(-1.5957691216057307{F} * (x0 + 0.044715{F} * x0 * x0 * x0))))"},
+    "real": {"f": "x0"},  # (no complex dtypes here: the parts of a real number)
+    "imag": {"f": "(({T})0 * (x0 != x0))"},  # +0, NaN included
     "floor": {"f": "floor(x0)", "iu": "x0"},
     "ceil": {"f": "ceil(x0)", "iu": "x0"},
     "trunc": {"f": "trunc(x0)", "iu": "x0"},
