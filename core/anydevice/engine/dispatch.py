@@ -46,6 +46,7 @@ class _NeedsFallback(Exception):
 _tls = threading.local()
 _counts: collections.Counter = collections.Counter()
 _warned: set = set()
+_counts_lock = threading.Lock()  # guards _counts and _warned: fallbacks may run on many threads
 _observers: list = []
 _mode = [os.environ.get("ANYDEVICE_FALLBACK", "warn").strip().lower() or "warn"]
 if _mode[0] not in _MODES:
@@ -66,12 +67,14 @@ def get_fallback_mode() -> str:
 
 def fallback_counts() -> dict:
     """``{(op, device_string): count}`` of CPU fallbacks in this process."""
-    return dict(_counts)
+    with _counts_lock:
+        return dict(_counts)
 
 
 def reset_fallback_counts() -> None:
-    _counts.clear()
-    _warned.clear()
+    with _counts_lock:
+        _counts.clear()
+        _warned.clear()
 
 
 def add_observer(fn) -> None:
@@ -420,7 +423,9 @@ def _execute(op, inputs, attrs, device, compute, out_shape, out_dtype):
                 _check_result(op, plan[1], device, out)
             op.plans[key] = plan
             return out, NATIVE
-        op.plans[key] = plan
+        # setdefault: a thread that found the decomposition needs the CPU may have cached the
+        # fallback meanwhile; an older plan must not overwrite it
+        plan = op.plans.setdefault(key, plan)
     path, kernel = plan
     if path == NATIVE:
         if key not in op.fast and op.category == "elementwise" and not op.attrs and not kernel.out and all(
@@ -510,14 +515,17 @@ def _fallback(op, inputs, attrs, device):
             f"op {op.name!r} has no kernel on cpu and no decomposition; the cpu backend must implement every primitive"
         )
     mode = _mode[0]
-    _counts[(op.name, str(device))] += 1
+    with _counts_lock:
+        _counts[(op.name, str(device))] += 1
+        first = (op.name, device.type) not in _warned
+        if mode == "warn" and first:
+            _warned.add((op.name, device.type))
     if mode == "error":
         raise FallbackError(
             f"{op.name} has no kernel on {device} (plugin {device._backend.record.distribution or device._backend.record.name}) "
             f"and would fall back to the CPU; set ANYDEVICE_FALLBACK=warn to allow it"
         )
-    if mode == "warn" and (op.name, device.type) not in _warned:
-        _warned.add((op.name, device.type))
+    if mode == "warn" and first:
         warnings.warn(
             f"{op.name} is not implemented natively on {device.type}; running it on the CPU (inputs copied to the "
             f"host and back). Set ANYDEVICE_FALLBACK=silent to hide this, or =error to forbid it.",
