@@ -240,8 +240,8 @@ def _relu(x):
 
 
 def _gelu(x, approximate):
-    if approximate == "tanh":
-        return 0.5 * x * (1 + cp.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)))
+    if approximate == "tanh":  # x / (1 + e^(-2y)): 1 + tanh(y) cancels for negative x
+        return x / (1 + cp.exp(-2 * math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)))
     return 0.5 * x * (1 + _erf(x * (1 / math.sqrt(2.0))))
 
 
@@ -330,15 +330,15 @@ def _logsumexp(x, axis, keepdims):
 
 
 def _softmax(x, axis):
-    if x.ndim == 0:
-        return cp.ones_like(x)
+    if x.ndim == 0:  # 1, or NaN for NaN and ±inf
+        return cp.exp(x - x) / cp.exp(x - x)
     e = cp.exp(x - cp.max(x, axis=axis, keepdims=True))
     return e / cp.sum(e, axis=axis, keepdims=True)
 
 
 def _log_softmax(x, axis):
-    if x.ndim == 0:
-        return cp.zeros_like(x)
+    if x.ndim == 0:  # 0, or NaN for NaN and ±inf
+        return (x - x) - cp.log(cp.exp(x - x))
     s = x - cp.max(x, axis=axis, keepdims=True)
     return s - cp.log(cp.sum(cp.exp(s), axis=axis, keepdims=True))
 
