@@ -8,7 +8,9 @@ kernel table, the admitted (probed) devices and the interned :class:`Device` obj
 
 Accepted device strings: ``"cpu"``, ``"<type>"`` (index 0) and ``"<type>:<index>"``; aliases
 declared by plugins (``"gpu"`` for cuda) resolve to their type. The current device
-starts as ``$ANYDEVICE_DEVICE`` if set, else ``cpu``.
+starts as ``$ANYDEVICE_DEVICE`` if set, else ``cpu``; ``device_guard`` overrides it for the
+calling thread only. The per-thread current streams (:mod:`anydevice.runtime.streams`) are kept
+here too, because each device's :class:`KernelContext` reads them.
 """
 from __future__ import annotations
 
