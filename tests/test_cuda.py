@@ -308,6 +308,9 @@ def _cases():
     yield from ((op, [_ANY > 0, _POS > 1], {}, ("bool",)) for op in ("logical_and", "logical_or", "logical_xor"))
     yield "gelu", [_ANY], {"approximate": "none"}, fl
     yield "gelu", [_ANY], {"approximate": "tanh"}, fl
+    yield from ((op, [_ANY], {}, fl) for op in ("real", "imag", "conj"))  # of real numbers
+    yield from ((op, [_ANY + 1j * _POS], {}, ("complex128",)) for op in ("real", "imag", "conj"))
+    yield "make_complex", [_ANY, _POS], {}, ("float32", "float64", "float16")
     yield "where", [_ANY > 0, _ANY, _POS], {}, fl
     yield "clip", [_ANY], {"min": -1.0, "max": 0.5}, fl
     yield "clip", [_INT], {"min": -3, "max": 4}, ("int32",)

@@ -214,8 +214,35 @@ def _float_pred(fn, value):
 def _sign(x):
     if x.dtype.kind != "c":
         return cp.sign(x)
-    a = cp.abs(x)
-    return cp.where(a == 0, cp.zeros((), x.dtype), x / cp.where(a == 0, 1, a))
+    # cos(θ) + sin(θ) j: x / |x| overflows for large parts and gives NaN a zero or ±1 part
+    t = cp.angle(x)
+    r = cp.where(x == 0, cp.zeros((), x.dtype), _make_complex(cp.cos(t), cp.sin(t)))
+    return cp.where(cp.isnan(x), cp.asarray(complex(np.nan, np.nan), x.dtype), r)
+
+
+def _make_complex(re, im):
+    re, im = cp.broadcast_arrays(cp.asarray(re), cp.asarray(im))
+    out = cp.empty(re.shape, np.complex128 if re.dtype == np.float64 else np.complex64)
+    out.real, out.imag = re, im
+    return out
+
+
+def _expm1(x):
+    """expm1; complex special values as exp(z) - 1, and an exact zero imaginary part for b = ±0."""
+    r = cp.expm1(x)
+    if x.dtype.kind == "c":
+        r = cp.where(cp.isfinite(x), r, cp.exp(x) - 1)
+        r = cp.where(cp.imag(x) == 0, _make_complex(cp.real(r), cp.imag(x)), r)
+    return r
+
+
+def _log1p(x):
+    """log1p; complex |x| < 0.5 as 0.5 log1p(2a + a² + b²) + atan2(b, 1 + a) j (log(1 + x) loses tiny x)."""
+    if x.dtype.kind != "c":
+        return cp.log1p(x)
+    a, b = cp.real(x), cp.imag(x)
+    small = _make_complex(0.5 * cp.log1p(a * (2 + a) + b * b), cp.arctan2(b, 1 + a))
+    return cp.where(cp.abs(x) < 0.5, small, cp.log(_make_complex(1 + a, b))).astype(x.dtype)
 
 
 _erf_ufunc = None
@@ -410,12 +437,14 @@ TABLE = {
     "logical_and": (cp.logical_and, "native"), "logical_or": (cp.logical_or, "native"),
     "logical_xor": (cp.logical_xor, "native"), "hypot": (cp.hypot, "half"), "logaddexp": (cp.logaddexp, "half"),
     "negative": (cp.negative, "native"), "positive": (cp.positive, "native"), "abs": (cp.abs, "native"),
-    "exp": (cp.exp, "half"), "expm1": (cp.expm1, "half"), "log": (cp.log, "half"), "log1p": (cp.log1p, "half"),
+    "exp": (cp.exp, "half"), "expm1": (_expm1, "half"), "log": (cp.log, "half"), "log1p": (_log1p, "half"),
     "log2": (cp.log2, "half"), "log10": (cp.log10, "half"), "sqrt": (cp.sqrt, "half"), "square": (cp.square, "native"),
     "sin": (cp.sin, "half"), "cos": (cp.cos, "half"), "tan": (cp.tan, "half"), "sinh": (cp.sinh, "half"),
     "cosh": (cp.cosh, "half"), "tanh": (cp.tanh, "half"), "floor": (_keep_ints(cp.floor), "native"),
     "ceil": (_keep_ints(cp.ceil), "native"), "trunc": (_keep_ints(cp.trunc), "native"),
-    "round": (_keep_ints(cp.rint), "native"), "sign": (_sign, "native"), "reciprocal": (cp.reciprocal, "half"),
+    "round": (_keep_ints(cp.rint), "native"), "sign": (_sign, "native"), "reciprocal": (lambda x: cp.divide(1, x), "half"),
+    "real": (lambda x: cp.real(x).copy(), "native"), "imag": (lambda x: cp.imag(x).copy(), "native"),
+    "conj": (cp.conj, "native"), "make_complex": (_make_complex, "native"),
     "isnan": (_float_pred(cp.isnan, False), "native"), "isinf": (_float_pred(cp.isinf, False), "native"),
     "isfinite": (_float_pred(cp.isfinite, True), "native"), "logical_not": (cp.logical_not, "native"),
     "bitwise_invert": (cp.invert, "native"), "erf": (_erf, "half"), "relu": (_relu, "native"),
