@@ -53,6 +53,7 @@ from anydevice.engine.dispatch import FallbackWarning, fallback_counts
 from anydevice.engine.graph import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from anydevice.engine.tensor import Tensor
 from anydevice.io import load, save
+from anydevice.random import *  # noqa: F403 - Generator, seeding and the random functions
 from anydevice.runtime.contract import API_VERSION
 from anydevice.runtime.devices import Device, device_guard, get_device, set_device
 

@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from anydevice.ops.indexing import to_numpy_key
+from anydevice.ops.random import array_kernels as _random_kernels
 
 _HALF: set = set()
 
@@ -312,3 +313,5 @@ def register(kernels) -> None:
             kernels.register(name, _fast_binary(fn))
         else:
             kernels.register(name, _WRAP[how](fn))
+    for name, fn in _random_kernels(np, chunk=1 << 14).items():  # Philox rounds in cache-sized passes
+        kernels.register(name, _plain(fn))

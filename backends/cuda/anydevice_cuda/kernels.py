@@ -21,6 +21,7 @@ import numpy as np
 
 from anydevice.base.errors import OutOfMemoryError
 from anydevice.ops.indexing import to_numpy_key
+from anydevice.ops.random import array_kernels as _random_kernels
 
 _BF16 = None
 try:
@@ -475,10 +476,13 @@ _BINARY_UFUNCS = {n for n, (f, how) in TABLE.items() if how == "native" and isin
 
 
 def register(kernels) -> None:
-    """Register every entry of :data:`TABLE` into an :class:`anydevice.backend.KernelTable`."""
+    """Register every entry of :data:`TABLE`, and the random ops' kernels of
+    :func:`anydevice.ops.random.array_kernels`, into an :class:`anydevice.backend.KernelTable`."""
     for name, (fn, how) in TABLE.items():
         impl = _half_via_f32(fn) if how == "half" else _bf16_guard(name, fn)
         if name in _BINARY_UFUNCS:
             kernels.register(name, _launch_binary(name, fn, impl))
         else:
             kernels.register(name, _launch(name, impl))
+    for name, fn in _random_kernels(cp).items():  # exact integer and single-rounding steps: no float32 redo
+        kernels.register(name, _launch(name, fn))

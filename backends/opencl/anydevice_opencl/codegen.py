@@ -9,7 +9,7 @@ A kernel is named by a *spec*, a small tuple whose first item says what it is:
 - ``("red", kind, in, out, L)``: a reduction with work-groups of ``L``; kinds ``"any"`` (sum,
   prod, max, min) and ``"arg"`` (argmax, argmin) are generic: the kind is an argument;
 - ``("mm", dtype, "tiled" | "rows" | "simple")``: matmul; ``("take", dtype, idx)``;
-  ``("arange", dtype, via)``.
+  ``("arange", dtype, via)``; ``("philox", "uint8")`` (the random bits, compiled in a program of its own).
 
 PoCL compiles a program in ~0.4 s (mostly fixed, whatever its size) and code-generates each
 kernel lazily at its first launch (~30 ms unoptimized, ~60–100 ms optimized, ~0.7 s for the tiled
@@ -33,6 +33,8 @@ from __future__ import annotations
 import functools
 import re
 from typing import NamedTuple
+
+from anydevice.ops.random import PHILOX_M, PHILOX_W, ROUNDS
 
 
 class CType(NamedTuple):
@@ -418,6 +420,25 @@ def _arange(name: str, dt: str, via: str) -> str:
             f"  {store(dt, 'out', 'out_o + i', f'start + step * ({via})i', via)}\n}}\n")
 
 
+def _philox(name: str) -> str:
+    """Philox-4x32-10 of counter ``offset + i`` (``anydevice.ops.random``): one 128-bit block per
+    work-item, stored as the words' little-endian bytes (so it serves every integer dtype)."""
+    (m0, m1), (w0, w1) = PHILOX_M, PHILOX_W
+    return (f"__kernel void {name}(__global uchar* out, long out_o, long nbytes, long k0, long k1, long off_lo,"
+            " long off_hi) {\n"
+            "  long i = get_global_id(0), base = i * 16; if (base >= nbytes) return;\n"
+            "  ulong ctr = ((ulong)off_hi << 32) + (ulong)off_lo + (ulong)i;\n"
+            "  uint c0 = (uint)ctr, c1 = (uint)(ctr >> 32), c2 = 0, c3 = 0, a = (uint)k0, b = (uint)k1;\n"
+            f"  for (int r = 0; r < {ROUNDS}; r++) {{\n"
+            f"    if (r) {{ a += {w0:#x}u; b += {w1:#x}u; }}\n"
+            f"    uint h0 = mul_hi({m0:#x}u, c0), l0 = {m0:#x}u * c0, h1 = mul_hi({m1:#x}u, c2), l1 = {m1:#x}u * c2;\n"
+            "    c0 = h1 ^ c1 ^ a; c1 = l1; c2 = h0 ^ c3 ^ b; c3 = l0;\n  }\n"
+            "  uint w[4] = {c0, c1, c2, c3};\n"
+            "  __global uchar* p = out + out_o + base;\n"
+            "  long m = nbytes - base < 16 ? nbytes - base : 16;\n"
+            "  for (long j = 0; j < m; j++) p[j] = (uchar)(w[j >> 2] >> (8 * (j & 3)));\n}\n")
+
+
 # --- generic kernels: one per signature, the op (or reduction kind) as an argument -------------
 def ewg_ops(ins: tuple, out: str) -> tuple:
     """The ops a generic element-wise kernel of signature ``ins -> out`` serves; an op's code is
@@ -504,6 +525,8 @@ def kernel_source(spec: tuple) -> str:
         return _take(n, *spec[1:3])
     if kind == "arange":
         return _arange(n, *spec[1:3])
+    if kind == "philox":
+        return _philox(n)
     raise ValueError(f"unknown kernel spec {spec!r}")
 
 

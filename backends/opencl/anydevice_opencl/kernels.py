@@ -467,6 +467,16 @@ def arange(ctx, out, start, stop, step, dtype):
     _launch(ctx, _tiered(("arange", dtype.name, via), n), (g,), (LOCAL,), args)
 
 
+def philox_bits(ctx, out, shape, key, offset, dtype):
+    """The random stream's bytes straight into ``out`` (any integer dtype: the same bytes)."""
+    if out.nbytes == 0:
+        return
+    local = min(LOCAL, ctx.runtime.devices[ctx.index].max_work_group_size)
+    blocks = -(-out.nbytes // 16)
+    args = [out.handle, out.byte_offset, out.nbytes, key[0], key[1], offset & 0xFFFFFFFF, offset >> 32]
+    _launch(ctx, ("philox", "uint8"), (-(-blocks // local) * local,), (local,), args)
+
+
 # --- registration ------------------------------------------------------------------------------
 def register(kernels, runtime) -> None:
     """Fill the kernel table; each element-wise op only for the dtype kinds it has an expression for."""
@@ -482,3 +492,5 @@ def register(kernels, runtime) -> None:
                      ("broadcast_to", broadcast_to), ("concat", concat), ("take", take),
                      ("full", full), ("arange", arange)):
         kernels.register(name, fn, out=True)
+    kernels.register("philox_bits", philox_bits, dtypes=[d for d, c in codegen.CTYPES.items() if c.kind in "iu"],
+                     out=True)
