@@ -456,10 +456,10 @@ def array_kernels(mod, chunk: int | None = None) -> dict:
         return w >> (32 - m)
 
     def unit(k, m, c):
-        return k.astype(c) * c.type(2.0 ** -m)
+        return mod.multiply(k, c.type(2.0 ** -m), dtype=c)  # k < 2**m: converted exactly
 
     def finish(r, shape, dtype):
-        return r.astype(dtype.numpy).reshape(shape)
+        return r.astype(dtype.numpy, copy=False).reshape(shape)
 
     def bits(shape, key, offset, dtype):
         w = words(_words("philox_bits", {"shape": shape, "dtype": dtype}), key, offset)
@@ -468,7 +468,9 @@ def array_kernels(mod, chunk: int | None = None) -> dict:
     def uniform(shape, low, high, key, offset, dtype):
         m, c = _MANT[dtype.name], _compute(dtype).numpy
         u = unit(ints(words(_words("random_uniform", {"shape": shape, "dtype": dtype}), key, offset), m), m, c)
-        return finish(u * c.type(high - low) + c.type(low), shape, dtype)
+        if (low, high) != (0.0, 1.0):  # u * 1 + 0 is u itself (u >= +0): skipped
+            u = u * c.type(high - low) + c.type(low)
+        return finish(u, shape, dtype)
 
     def normal(shape, mean, std, key, offset, dtype):
         n, c = _size(shape), _compute(dtype).numpy
