@@ -48,6 +48,9 @@ class _Paths:
 
 
 def _run(name, x, device, **attrs):
+    # plans are kept per (device, dtype), not per attribute: gelu's erf form falls back on xpu (no
+    # erf kernel) and would take its tanh form along; plan afresh
+    get_op(name).plans.clear()
     rec = _Paths()
     dispatch.add_observer(rec)
     try:
