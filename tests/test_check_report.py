@@ -136,12 +136,12 @@ def test_an_in_process_hang_is_abandoned_after_the_timeout():
     try:
         with installed(FakePlugin(types=("stuck",), runtime=StuckRuntime(release)), types=["stuck"]):
             t0 = time.perf_counter()
-            report = check.run(["stuck", "cpu"], quick=True, timeout=1)
+            report = check.run(["stuck", "cpu"], quick=True, timeout=3)
             seconds = time.perf_counter() - t0
     finally:
         release.set()
     stuck = report["devices"]["stuck"]
-    assert seconds < 1 + 5
+    assert seconds < 3 + 6
     assert stuck["status"] == "timed_out" and stuck["stage"] == "memory" and "memory check on stuck:0" in stuck["reason"]
     assert report["devices"]["cpu"]["status"] == "passed" and report["exit_code"] == 1
     json.dumps(report, allow_nan=False)
