@@ -115,6 +115,8 @@ CASES = [
     ("asarray 300 as uint8", lambda d: ad.asarray([300], dtype="uint8", device=d), OverflowError,
      r"^asarray\(\): Python int 300 does not fit in uint8 \(allowed: 0..255\)$"),
     ("asarray 2**64", lambda d: ad.asarray([2**64], device=d), OverflowError, r"^asarray\(\): Python int 18446744073709551616 does not fit in int64"),
+    ("softmax over an empty axis", lambda d: ad.softmax(f32(d, 2, 0)), ValueError,
+     r"^softmax\(\): axis -1 of shape \(2, 0\) is empty; softmax needs at least one element along its axis$"),
     ("zeros device=3", lambda d: ad.zeros(2, device=3), TypeError, r"^zeros\(\): device: device must be a string"),
     ("arange device=3", lambda d: ad.arange(2, device=3), TypeError, r"^arange\(\): device: device must be a string"),
 ]
@@ -186,6 +188,12 @@ def test_valid_spellings_still_work(dev):
     assert ad.moveaxis(ad.ones((2, 3, 4), device=dev), (0, 1), (2, 0)).shape == (3, 4, 2)
     assert ad.result_type(ad.int8, ad.int16, 1) is ad.int16 and ad.result_type(x, 1.0) is ad.float32
     assert ad.finfo(ad.bfloat16).bits == 16 and ad.iinfo(x.astype("uint8")).max == 255
+    h = ad.ones((2,), dtype="bfloat16", device=dev)
+    for _ in range(2):  # the second time through the operator's fast path
+        assert (h * 2**63).tolist() == [2.0**63] * 2  # a Python int beyond int64 for a bfloat16 tensor
+    assert ad.clip(h, max=2**63).tolist() == [1.0, 1.0] and ad.full((), 2**63, dtype="bfloat16", device=dev).item() == 2.0**63
+    if dev in ("cpu", "dcu:0"):  # devices with complex64
+        assert ad.make_complex(2**31, ad.ones((), dtype="float16", device=dev)).item().real == float("inf")  # as float16
 
 
 def test_axis_error_is_a_value_error_and_an_index_error():

@@ -19,6 +19,8 @@ import threading
 import time
 import warnings
 
+import numpy as np
+
 from anydevice.base import dtypes as _dt
 from anydevice.base.errors import FallbackError, OutOfMemoryError, PluginError
 from anydevice.engine import graph as _ag
@@ -238,10 +240,10 @@ def apply(op, inputs, attrs):
     if compute is not None:
         if type(compute) is tuple:
             if scalars or any(d is not c for d, c in zip(in_dtypes, compute)):
-                inputs = _cast_inputs(op, inputs, compute, device)
+                inputs = _cast_inputs(op, inputs, compute, device, in_dtypes)
             compute = compute[0]
         elif scalars or any(d is not compute for d in in_dtypes):
-            inputs = _cast_inputs(op, inputs, compute, device)
+            inputs = _cast_inputs(op, inputs, compute, device, in_dtypes)
     if op.check is not None:
         op.check(xp, inputs, attrs)
 
@@ -378,18 +380,21 @@ def _input_dtypes(op, flat, tensors):
     return out
 
 
-def _cast_inputs(op, inputs, compute, device):
+def _cast_inputs(op, inputs, compute, device, in_dtypes=()):
+    """Inputs in the compute dtypes; a Python scalar is first rounded to the dtype it adopted
+    (``in_dtypes``: the tensor's, Array API rules), then converted, as a tensor input would be."""
     if compute is None:
         return inputs
     per = compute if type(compute) is tuple else (compute,) * len(inputs)
+    adopted = list(in_dtypes) if not op.variadic and len(in_dtypes) == len(inputs) else [None] * len(inputs)
     out = []
-    for x, c in zip(inputs, per):
+    for x, c, a in zip(inputs, per, adopted):
         if isinstance(x, list):
             out.append([t if t.dtype is c else _astype(t, c) for t in x])
         elif type(x) is Tensor or isinstance(x, Tensor):
             out.append(x if x.dtype is c else _astype(x, c))
         else:
-            out.append(_scalar_tensor(x, c, device))
+            out.append(_scalar_tensor(x, c, device, a))
     return out
 
 
@@ -397,16 +402,21 @@ def _astype(t, d):
     return apply(get_op("astype"), [t], {"dtype": d, "copy": True})
 
 
-def _scalar_tensor(value, d, device):
+def _scalar_tensor(value, d, device, adopted=None):
     be = device._backend
-    return _wrap(be.from_host(device.index, _dt_np_scalar(value, d), d), (), d, device)
+    host = _dt_np_scalar(value, adopted or d)
+    if adopted is not None and adopted is not d:
+        with np.errstate(all="ignore"):
+            host = host.astype(d.numpy)
+    return _wrap(be.from_host(device.index, host, d), (), d, device)
 
 
 def _dt_np_scalar(value, d):
-    import numpy as np
-
+    if type(value) is int and d.kind in ("float", "complex"):
+        value = float(value)  # bfloat16 (ml_dtypes) cannot convert a Python int beyond int64
     try:
-        return np.asarray(value, dtype=d.numpy)
+        with np.errstate(over="ignore"):  # a float beyond the dtype's range rounds to ±inf (IEEE 754)
+            return np.asarray(value, dtype=d.numpy)
     except OverflowError:
         raise OverflowError(f"Python scalar {value!r} does not fit in {d.name}") from None
 

@@ -128,7 +128,7 @@ def _scalar_buf(t: Tensor, v):
             return None  # invalid here (the slow path explains), NaN, or a signed zero: not cached
         try:
             arr = np.asarray(v, dtype=t.dtype.numpy)
-        except OverflowError:
+        except (OverflowError, TypeError):  # out of range, or an int bfloat16 cannot convert: the slow path
             return None
         if len(_scalar_bufs) > 512:
             _scalar_bufs.clear()

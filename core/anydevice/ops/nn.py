@@ -8,8 +8,18 @@ from anydevice.ops.registry import Choice, Int, Real, check_index_range, define,
 
 
 def _canon_axis(name):
-    """A 0-d input counts as 1-D here (axis 0 or -1), as in torch: its softmax is 1."""
-    return lambda shapes, attrs: {**attrs, "axis": normalize_axis(attrs["axis"], max(len(shapes[0]), 1), name)}
+    """A 0-d input counts as 1-D here (axis 0 or -1), as in torch: its softmax is 1. The axis must
+    not be empty (its maximum has no identity, as for max and logsumexp)."""
+
+    def canon(shapes, attrs):
+        shape = shapes[0]
+        axis = normalize_axis(attrs["axis"], max(len(shape), 1), name)
+        if shape and shape[axis] == 0:
+            raise ValueError(f"{name}(): axis {attrs['axis']} of shape {shape} is empty; {name} needs at least one "
+                             f"element along its axis")
+        return {**attrs, "axis": axis}
+
+    return canon
 
 
 def _softmax(xp, x, axis=-1):

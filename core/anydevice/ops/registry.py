@@ -640,6 +640,8 @@ class Scalar(Attr):
             d = ctx.attrs.get("dtype") or default_dtype(s)
         if d is not None:
             fit_scalar(ctx.op, name, s, d)
+            if type(s) is int and d.kind in ("float", "complex"):
+                s = float(s)  # every backend converts a float; some cannot convert a Python int beyond int64
         return s
 
     def allowed(self) -> str:
