@@ -34,8 +34,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from anydevice_conformance import runner as _runner
-from anydevice_conformance import tolerances as _tol
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -45,6 +43,8 @@ from anydevice.engine import dispatch as _dispatch
 from anydevice.ops import registry as R
 from anydevice.ops.samples import Sample, specials, values
 from anydevice.runtime.devices import as_device
+from anydevice_conformance import runner as _runner
+from anydevice_conformance import tolerances as _tol
 
 DEVICES = [d for d in ("cpu", "npu:0", "dcu:0", "opencl:0") if ad.device.is_available(d.split(":")[0])]
 SECONDS = float(os.environ.get("ANYDEVICE_FUZZ_SECONDS", "15")) * len(DEVICES)

@@ -95,7 +95,7 @@ class OpDef:
         """
         if not self.schema:
             return attrs
-        key = _attr_key(attrs, in_shapes, in_dtypes)
+        key = _attr_key(attrs, in_shapes, in_dtypes, self.variadic)
         hit = self.valid_cache.get(key) if key is not None else None
         if hit is not None:
             return dict(hit)
@@ -346,13 +346,19 @@ def _tag(v):
     return t, v
 
 
-def _attr_key(attrs, in_shapes, in_dtypes):
-    """A cache key that tells ``True`` from ``1`` and ``1.0`` (equal in Python); None when a value
-    is not of :data:`KEY_TYPES`."""
-    try:
-        return tuple(_tag(v) for v in attrs.values()), _tag(tuple(in_shapes)), tuple(in_dtypes)
-    except _Unkeyed:
-        return None
+def _attr_key(attrs, in_shapes, in_dtypes, variadic=False):
+    """A cache key that tells ``True`` from ``1`` and ``1.0`` (equal in Python): the values, their
+    types (nested tuples tagged element by element), the input shapes and dtypes; None when a
+    value is not of :data:`KEY_TYPES`."""
+    values = tuple(attrs.values())
+    types = tuple(map(type, values))
+    if not KEY_TYPES.issuperset(types):
+        try:
+            values = tuple(_tag(v) for v in values)
+        except _Unkeyed:
+            return None
+    shapes = tuple(map(tuple, in_shapes)) if variadic else tuple(in_shapes)  # shapes hold ints only
+    return values, types, shapes, tuple(in_dtypes)
 
 
 class _Ctx:
