@@ -10,6 +10,7 @@ import queue
 import sys
 import threading
 import time
+import traceback
 import warnings
 
 import numpy as np
@@ -66,8 +67,8 @@ def run_threads(fn, n=THREADS, timeout=60.0, barriers=()):
     for t in ts:
         t.join(timeout)
     assert not any(t.is_alive() for t in ts), "a thread hung"
-    if errors:
-        raise errors[0]
+    if errors:  # the cause, not a barrier that broke because of it
+        raise next((e for e in errors if not isinstance(e, threading.BrokenBarrierError)), errors[0])
     return results
 
 
@@ -90,18 +91,26 @@ def concurrently(work, main):
         inside.wait()
         mine = main()
         done.wait()
-    except BaseException:
+    except BaseException as e:
+        where = stacks() if isinstance(e, threading.BrokenBarrierError) else ""
         inside.abort()
         done.abort()
         t.join(60)
-        if "error" in box:
+        if "error" in box and not isinstance(box["error"], threading.BrokenBarrierError):
             raise box["error"] from None
+        if where:
+            raise AssertionError(f"the threads did not all arrive within 30 s:\n{where}") from None
         raise
     t.join(60)
     assert not t.is_alive(), "a worker hung"
     if "error" in box:
         raise box["error"]
     return mine, box["results"]
+
+
+def stacks() -> str:
+    """Where every thread of this process is now (for a test that times out)."""
+    return "\n".join(f"thread {tid}:\n" + "".join(traceback.format_stack(f)) for tid, f in sys._current_frames().items())
 
 
 def settle(dev):

@@ -545,6 +545,7 @@ class _ThreadState(threading.local):
 _local = _ThreadState()
 _default_device: list[Device] = []   # the process-wide current device (set_device outside any guard)
 _overrides: dict = {}                # KernelContext -> number of threads with a current stream of their own
+_overrides_lock = threading.RLock()  # not _lock: a stream guard never waits for another type's plugin set-up
 
 
 class _ThreadStreamContext(KernelContext):
@@ -578,7 +579,7 @@ _slot_stream = KernelContext.__dict__["stream"]
 
 
 def _count_override(ctx, delta: int) -> None:
-    with _lock:
+    with _overrides_lock:
         n = _overrides.get(ctx, 0) + delta
         if n > 0:
             _overrides[ctx] = n
