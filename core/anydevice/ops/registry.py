@@ -42,13 +42,15 @@ class OpDef:
         "name", "inputs", "variadic", "attrs", "dtype_rule", "shape_rule", "reference", "vjp",
         "decomposition", "category", "doc", "domain", "tolerance", "errors", "dtypes",
         "differentiable", "plans", "fast", "has_device_attr", "samples", "canon", "flops", "check", "dtype_cache",
-        "schema", "valid_cache",
+        "schema", "valid_cache", "positional",
     )
 
     def __init__(self, name, inputs, attrs, dtype_rule, shape_rule, reference, vjp=None, decomposition=None,
                  category="", doc="", domain=None, tolerance=None, errors=(), dtypes=None,
-                 differentiable=True, samples=None, canon=None, flops=None, check=None):
+                 differentiable=True, samples=None, canon=None, flops=None, check=None, positional=None):
         self.name, self.inputs = name, tuple(inputs)
+        # how many attributes may be passed by position (the rest are keyword-only); None: all of them
+        self.positional = positional
         self.schema = {k: v if isinstance(v, Attr) else Attr(v) for k, v in attrs.items()}
         self.attrs = {k: a.default for k, a in self.schema.items()}
         self.valid_cache: dict = {}
@@ -82,7 +84,9 @@ class OpDef:
         schema's annotations, e.g. ``(x, /, axis: 'int | tuple[int, ...] | None' = None, ...)``."""
         P = inspect.Parameter
         ps = [P(n.lstrip("*"), P.POSITIONAL_ONLY) for n in self.inputs]
-        ps += [P(k, P.POSITIONAL_OR_KEYWORD, default=a.default, annotation=a.annotation) for k, a in self.schema.items()]
+        npos = len(self.schema) if self.positional is None else self.positional
+        ps += [P(k, P.POSITIONAL_OR_KEYWORD if j < npos else P.KEYWORD_ONLY, default=a.default, annotation=a.annotation)
+               for j, (k, a) in enumerate(self.schema.items())]
         return inspect.Signature(ps)
 
     def validate(self, attrs: dict, in_shapes, in_dtypes) -> dict:
