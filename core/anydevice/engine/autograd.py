@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from anydevice.engine.creation import asarray
 from anydevice.engine.dispatch import xp
-from anydevice.engine.graph import Node, no_grad
+from anydevice.engine.graph import Node, Parts, no_grad
 from anydevice.engine.tensor import Tensor
 
 
@@ -77,13 +77,15 @@ def backward(tensor, grad=None, retain_graph: bool = False) -> None:
 
 def _propagate(n: Node, g, grads: dict) -> None:
     """Send the gradient ``g`` of node ``n``'s output to its parents (summed per parent)."""
+    if type(g) is Parts:  # the node of a multi-output op: one gradient per output
+        g = g.filled(xp, n.out)
     in_grads = n.op.vjp(xp, g, n.inputs, n.out, **n.attrs)
     if not isinstance(in_grads, (tuple, list)):
         in_grads = (in_grads,)
     for p, gi, dt in zip(n.parents, in_grads, n.in_dtypes):
         if p is None or gi is None:
             continue
-        if gi.dtype is not dt:
+        if dt is not None and gi.dtype is not dt:
             gi = xp.astype(gi, dt)
         prev = grads.get(id(p))
         grads[id(p)] = gi if prev is None else prev + gi

@@ -226,14 +226,20 @@ def apply(op, inputs, attrs):
     if op.has_device_attr and "dtype" in attrs:
         attrs["dtype"] = out_dtype
     be = device._backend
-    if out_dtype is not None and out_dtype not in be.dtypes(device.index):
-        if _depth() > 0:  # a step of a decomposition needs a dtype this device lacks: the whole op falls back
-            raise _NeedsFallback(op.name)
-        be.check_dtype(device.index, out_dtype)
+    multi = op.outputs is not None
+    for od in (out_dtype if multi else (out_dtype,)):
+        if od is not None and od not in be.dtypes(device.index):
+            if _depth() > 0:  # a step of a decomposition needs a dtype this device lacks: the whole op falls back
+                raise _NeedsFallback(op.name)
+            be.check_dtype(device.index, od)
     if op.canon is not None:
         attrs = op.canon(shapes, attrs)
     out_shape = op.shape_rule(shapes, attrs)
-    if out_dtype is not None:
+    if multi:
+        out_shape = tuple(tuple(s) for s in out_shape)
+        for s_, d_ in zip(out_shape, out_dtype):
+            check_size(op.name, s_, d_, device)
+    elif out_dtype is not None:
         check_size(op.name, out_shape, out_dtype, device)
 
     # cast inputs to the compute dtype, then value checks that need data (index bounds)
@@ -264,9 +270,12 @@ def apply(op, inputs, attrs):
     except MemoryError as e:  # a kernel's own allocation (numpy on cpu): anydevice's OutOfMemoryError
         if isinstance(e, OutOfMemoryError):
             raise
+        what = ", ".join(d.name for d in out_dtype) if multi else (out_dtype.name if out_dtype else "?")
         raise OutOfMemoryError(f"{op.name}(): {device} ran out of memory for a result of shape {out_shape} "
-                               f"({out_dtype.name if out_dtype else '?'}): {e}") from e
-    if not isinstance(result, Tensor):
+                               f"({what}): {e}") from e
+    if multi:
+        result = _wrap_outputs(result, out_shape, out_dtype, device, tensors, path == DECOMPOSED and not through_decomp)
+    elif not isinstance(result, Tensor):
         result = _wrap(result, out_shape, out_dtype, device)
     elif path == DECOMPOSED and any(result is t for t in tensors):  # e.g. positive(x) = x: never alias an input
         result = _wrap(result._buf, result.shape, result.dtype, result.device, result._node if through_decomp else None)
@@ -280,6 +289,19 @@ def apply(op, inputs, attrs):
 
 
 _PLAIN = (type(None), bool, int, float, complex, str, _dt.DType, type(Ellipsis))
+
+
+def _wrap_outputs(result, out_shape, out_dtype, device, tensors, fresh) -> tuple:
+    """The tuple of a multi-output op as Tensors; ``fresh``: a decomposition's outputs never alias
+    an input (and carry no graph of their own)."""
+    out = []
+    for r, s_, d_ in zip(result, out_shape, out_dtype):
+        if not isinstance(r, Tensor):
+            r = _wrap(r, s_, d_, device)
+        elif fresh and (r._node is not None or any(r is t for t in tensors)):
+            r = _wrap(r._buf, r.shape, r.dtype, r.device)
+        out.append(r)
+    return tuple(out)
 
 
 def _plain(v) -> bool:
@@ -430,7 +452,8 @@ def _execute(op, inputs, attrs, device, compute, out_shape, out_dtype):
         if plan[0] == NATIVE:   # the plan is cached only once its kernel returned a buffer of this device
             out = _run_kernel(plan[1], device, inputs, attrs, out_shape, out_dtype)
             if not plan[1].out:
-                _check_result(op, plan[1], device, out)
+                for b in (out if op.outputs is not None else (out,)):
+                    _check_result(op, plan[1], device, b)
             op.plans[key] = plan
             return out, NATIVE
         # setdefault: a thread that found the decomposition needs the CPU may have cached the
@@ -470,6 +493,8 @@ def _decompose(op, inputs, attrs, device, compute, out_dtype):
     up = [[_astype(t, _dt.float32) if t.dtype is compute else t for t in x] if isinstance(x, list)
           else (_astype(x, _dt.float32) if x.dtype is compute else x) for x in inputs]
     r = op.decomposition(xp, *up, **attrs)
+    if op.outputs is not None:
+        return tuple(_astype(e, d) if e.dtype is not d else e for e, d in zip(r, out_dtype))
     return _astype(r, out_dtype) if r.dtype is not out_dtype else r
 
 
@@ -487,7 +512,11 @@ def _run_kernel(kernel, device, inputs, attrs, out_shape, out_dtype):
     kw = attrs if not attrs or "device" not in attrs else {k: v for k, v in attrs.items() if k != "device"}
     ctx = device._ctx
     if kernel.out:
-        out = device._backend.empty(device.index, out_shape, out_dtype)
+        be = device._backend
+        if type(out_dtype) is tuple:  # a multi-output op: one buffer per output
+            out = tuple(be.empty(device.index, s, d) for s, d in zip(out_shape, out_dtype))
+        else:
+            out = be.empty(device.index, out_shape, out_dtype)
         kernel.fn(ctx, out, *bufs, **kw)
         return out
     return kernel.fn(ctx, *bufs, **kw)
@@ -552,17 +581,24 @@ def _fallback(op, inputs, attrs, device):
             res = apply(op, host_in, host_attrs)
     finally:
         _tls.depth, _tls.quiet = saved, quiet
+    if op.outputs is not None:
+        return tuple(r.to(device) for r in res)
     return res.to(device)
 
 
 def _record(op, inputs, attrs, result):
     flat = list(_flat(inputs))
+    multi = op.outputs is not None
     node = _ag.Node(
         op, {k: v for k, v in attrs.items() if k != "device"}, tuple(_detached(x) for x in flat),
-        _detached(result), tuple(x._node if isinstance(x, Tensor) else None for x in flat),
-        tuple(x.dtype for x in flat),
+        tuple(_detached(r) for r in result) if multi else _detached(result),
+        tuple(x._node if isinstance(x, Tensor) else None for x in flat), tuple(x.dtype for x in flat),
     )
-    result._node = node
+    if multi:  # each output gets a node that routes its gradient to its slot of the op's node
+        for k, r in enumerate(result):
+            r._node = _ag.Node(_ag.OutputOf(op, k, len(result)), {}, (), None, (node,), (None,))
+    else:
+        result._node = node
 
 
 # --- op functions and the engine's namespace ----------------------------------------------------

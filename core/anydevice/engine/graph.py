@@ -65,3 +65,38 @@ class Node:
     @property
     def is_leaf(self) -> bool:
         return self.op is None
+
+
+class OutputOf:
+    """The op of the node each output of a multi-output op carries: its VJP places the output's
+    gradient in slot ``index`` of the op's :class:`Parts`, so gradients of several outputs meet
+    at the op's own node."""
+
+    __slots__ = ("op", "index", "n", "name")
+    differentiable = True
+
+    def __init__(self, op, index: int, n: int):
+        self.op, self.index, self.n = op, index, n
+        self.name = f"{op.name}[{op.outputs[index]}]"
+
+    def vjp(self, xp, g, inputs, out):
+        parts = [None] * self.n
+        parts[self.index] = g
+        return (Parts(parts),)
+
+
+class Parts:
+    """Gradients of the outputs of one multi-output op (None where an output got none)."""
+
+    __slots__ = ("items",)
+    dtype = None
+
+    def __init__(self, items):
+        self.items = list(items)
+
+    def __add__(self, other: Parts) -> Parts:
+        return Parts([a if b is None else b if a is None else a + b for a, b in zip(self.items, other.items)])
+
+    def filled(self, xp, outs) -> tuple:
+        """One gradient per output: zeros for outputs that got none."""
+        return tuple(xp.zeros_like(o) if g is None else g for g, o in zip(self.items, outs))

@@ -14,6 +14,9 @@ An :class:`OpDef` holds everything about an op that does not depend on a device:
 - ``reference(*ndarrays, **attrs)``: the conformance oracle, written independently of
   every kernel and evaluated in float64 / exact integer arithmetic;
 - ``vjp(xp, g, inputs, out, **attrs) -> grads``: the gradient rule, in terms of other ops;
+- ``outputs``: names of the outputs of a multi-output op (``("eigenvalues", "eigenvectors")``);
+  then the dtype rule returns ``(compute, (dtype_1, ...))``, the shape rule, the reference and
+  the decomposition a tuple, and the VJP receives ``g`` and ``out`` as tuples;
 - ``decomposition(xp, *inputs, **attrs)``: for composite ops, the same op built from others.
   An op without one is a *primitive*: a backend must implement it natively or it falls
   back to the CPU.
@@ -42,15 +45,21 @@ class OpDef:
         "name", "inputs", "variadic", "attrs", "dtype_rule", "shape_rule", "reference", "vjp",
         "decomposition", "category", "doc", "domain", "tolerance", "errors", "dtypes",
         "differentiable", "plans", "fast", "has_device_attr", "samples", "canon", "flops", "check", "dtype_cache",
-        "schema", "valid_cache", "positional",
+        "schema", "valid_cache", "positional", "outputs", "normalize",
     )
 
     def __init__(self, name, inputs, attrs, dtype_rule, shape_rule, reference, vjp=None, decomposition=None,
                  category="", doc="", domain=None, tolerance=None, errors=(), dtypes=None,
-                 differentiable=True, samples=None, canon=None, flops=None, check=None, positional=None):
+                 differentiable=True, samples=None, canon=None, flops=None, check=None, positional=None,
+                 outputs=None, normalize=None):
         self.name, self.inputs = name, tuple(inputs)
         # how many attributes may be passed by position (the rest are keyword-only); None: all of them
         self.positional = positional
+        # multi-output ops name their outputs; the rules, the reference, kernels and the VJP then
+        # deal in tuples (one entry per output). ``normalize(arrays) -> arrays`` makes results that
+        # are defined up to a choice (signs of eigenvectors) comparable, for conformance.
+        self.outputs = tuple(outputs) if outputs else None
+        self.normalize = normalize
         self.schema = {k: v if isinstance(v, Attr) else Attr(v) for k, v in attrs.items()}
         self.attrs = {k: a.default for k, a in self.schema.items()}
         self.valid_cache: dict = {}
