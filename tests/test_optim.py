@@ -323,3 +323,64 @@ def test_old_import_path_is_the_same_module():
     from anydevice import optimizer
 
     assert optimizer.AdamW is optim.AdamW
+
+
+# --- gradient clipping ----------------------------------------------------------------------------
+def _with_grads(grads, devices=None, dtype=ad.float32):
+    ps = []
+    for i, g in enumerate(grads):
+        dev = devices[i] if devices else "cpu"
+        p = nn.parameter(np.zeros_like(g), dtype=dtype, device=dev)
+        p.grad = ad.asarray(g, dtype=dtype, device=dev)
+        ps.append(p)
+    return ps
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.0, math.inf])
+@pytest.mark.parametrize("max_norm", [0.5, 1e3])
+def test_clip_grad_norm_matches_numpy(norm_type, max_norm):
+    rng = np.random.default_rng(5)
+    grads = [rng.standard_normal(s).astype(np.float32) for s in ((3, 4), (5,), ())]
+    ps = _with_grads(grads, ["cpu", "npu", "cpu"])
+    flat = np.concatenate([g.reshape(-1) for g in grads]).astype(np.float64)
+    want = np.abs(flat).max() if math.isinf(norm_type) else (np.abs(flat) ** norm_type).sum() ** (1 / norm_type)
+    total = nn.utils.clip_grad_norm_(ps, max_norm, norm_type)
+    assert total.shape == () and total.device == ps[0].device
+    np.testing.assert_allclose(float(total), want, rtol=1e-5)
+    coef = min(max_norm / (want + 1e-6), 1.0)
+    for p, g in zip(ps, grads):
+        assert p.grad.dtype == ad.float32 and p.grad.device == p.device
+        np.testing.assert_allclose(p.grad.numpy(), g * coef, rtol=1e-5, atol=1e-7)
+
+
+def test_clip_grad_norm_reads_nothing_back_and_keeps_low_precision_dtypes(monkeypatch):
+    ps = _with_grads([np.full(4, 300.0), np.full(3, 400.0)], ["npu", "npu"], dtype=ad.float16)
+    rt = ps[0].device._backend.runtime
+    reads = []
+    monkeypatch.setattr(rt, "copy_d2h", lambda *a: reads.append(a))
+    total = nn.utils.clip_grad_norm_(ps, 1.0)  # the float16 sum of squares would overflow: reduced in float32
+    assert reads == []
+    monkeypatch.undo()
+    assert total.dtype == ad.float32
+    np.testing.assert_allclose(float(total), math.sqrt(4 * 300.0 ** 2 + 3 * 400.0 ** 2), rtol=1e-6)
+    assert all(p.grad.dtype == ad.float16 for p in ps)
+    np.testing.assert_allclose(ps[0].grad.numpy(), 300.0 / float(total), rtol=1e-3)
+
+
+def test_clip_grad_norm_errors_and_edge_cases():
+    assert float(nn.utils.clip_grad_norm_([nn.parameter([1.0])], 1.0)) == 0.0  # no gradients
+    ps = _with_grads([np.array([np.inf, 1.0], np.float32)])
+    with pytest.raises(RuntimeError, match="total norm of order 2.0 of the gradients is non-finite"):
+        nn.utils.clip_grad_norm_(ps, 1.0, error_if_nonfinite=True)
+    with pytest.raises(ValueError, match="norm_type > 0"):
+        nn.utils.clip_grad_norm_(ps, 1.0, norm_type=0)
+    with pytest.raises(TypeError, match=r"parameters\[0\] is a list"):
+        nn.utils.clip_grad_norm_([[1.0]], 1.0)
+
+
+def test_clip_grad_value_():
+    ps = _with_grads([np.array([-3.0, 0.5, 2.0], np.float32)], ["dcu"])
+    nn.utils.clip_grad_value_(ps, 1.0)
+    np.testing.assert_array_equal(ps[0].grad.numpy(), [-1.0, 0.5, 1.0])
+    with pytest.raises(ValueError, match="clip_value must be >= 0"):
+        nn.utils.clip_grad_value_(ps, -1.0)

@@ -21,6 +21,7 @@ from anydevice import api as _api
 from anydevice import random as _random
 from anydevice.base import dtypes as _dt
 from anydevice.engine.tensor import Tensor
+from anydevice.nn import utils  # noqa: F401 - anydevice.nn.utils.clip_grad_norm_
 
 __all__ = ["Module", "Linear", "ReLU", "Sequential", "MSELoss", "mse_loss", "parameter"]
 
