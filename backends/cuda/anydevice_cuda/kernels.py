@@ -22,6 +22,7 @@ import numpy as np
 from anydevice.base.errors import OutOfMemoryError
 from anydevice.ops.indexing import to_numpy_key
 from anydevice.ops.random import array_kernels as _random_kernels
+from anydevice_cpu.kernels_sorting import array_kernels as _sorting_kernels
 
 _BF16 = None
 try:
@@ -485,4 +486,6 @@ def register(kernels) -> None:
         else:
             kernels.register(name, _launch(name, impl))
     for name, fn in _random_kernels(cp).items():  # exact integer and single-rounding steps: no float32 redo
+        kernels.register(name, _launch(name, fn))
+    for name, fn in _sorting_kernels(cp).items():  # the cpu backend's array kernels, on CuPy
         kernels.register(name, _launch(name, fn))

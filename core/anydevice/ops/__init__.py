@@ -2,7 +2,17 @@
 
 Importing this package defines every op; :mod:`anydevice.ops.registry` holds them.
 """
-from anydevice.ops import creation, elementwise, indexing, linalg, manipulation, nn, random, statistical  # noqa: F401
+from anydevice.ops import (  # noqa: F401
+    creation,
+    elementwise,
+    indexing,
+    linalg,
+    manipulation,
+    nn,
+    random,
+    searching,
+    statistical,
+)
 
 
 def load_all() -> None:
