@@ -348,6 +348,21 @@ def _cases():
     yield "cross_entropy", [_ANY, np.array([0, 3, 1])], {"reduction": "mean"}, fl
     yield "cross_entropy", [_ANY, np.array([0, 3, 1])], {"reduction": "none"}, ("float32",)
     yield "layer_norm", [_ANY, _POS[0], _ANY[0]], {"eps": 1e-5}, fl
+    x4 = np.stack([_ANY, _POS])[None]  # (1, 2, 3, 4)
+    yield "conv2d", [x4, np.resize(_POS, (3, 2, 2, 2))], {"padding": (1, 0, 1, 1)}, fl
+    yield "conv2d", [x4, np.resize(_POS, (2, 1, 2, 2))], {"groups": 2, "dilation": (1, 2), "stride": 2}, ("float32",)
+    yield "conv_transpose2d", [x4, np.resize(_POS, (2, 3, 2, 2))], {"stride": 2, "output_padding": 1}, fl
+    yield "conv2d_weight_grad", [x4, np.resize(_ANY, (1, 3, 2, 3))], {"kernel_size": 2}, fl
+    yield "max_pool2d", [x4], {"kernel_size": 2, "stride": 1, "padding": 1}, fl
+    yield "avg_pool2d", [x4], {"kernel_size": 2, "padding": 1, "ceil_mode": True, "count_include_pad": False}, fl
+    yield "adaptive_avg_pool2d", [x4], {"output_size": (2, 3)}, fl
+    yield "batch_norm", [x4, _ANY[0, :2], _POS[0, :2], _POS[1, :2], _ANY[1, :2]], {"eps": 1e-3}, fl
+    yield "group_norm", [_ANY, _POS[0], _ANY[0]], {"num_groups": 2}, fl
+    yield "embedding", [_ANY, np.array([[0, 2], [1, 1]])], {"padding_idx": 0}, fl
+    yield "leaky_relu", [_ANY], {"negative_slope": 0.1}, fl
+    yield "silu", [_ANY], {}, fl
+    yield "elu", [_ANY], {"alpha": 0.5}, fl
+    yield "nll_loss", [_ANY, np.array([0, 3, -100]), _POS[0]], {"reduction": "mean"}, fl
     yield "full", [], {"shape": (2, 3), "fill_value": 1.5}, fl
     yield "arange", [], {"start": 1, "stop": 7, "step": 2}, ("float32", "int64")
     yield "eye", [], {"n_rows": 3, "n_cols": 4, "k": 1}, fl + ("int32",)

@@ -12,6 +12,8 @@ import numpy as np
 from anydevice.ops.indexing import to_numpy_key
 from anydevice.ops.random import array_kernels as _random_kernels
 
+from . import kernels_nn as _nn
+
 from . import kernels_sorting as _sorting
 
 _HALF: set = set()
@@ -317,4 +319,5 @@ def register(kernels) -> None:
             kernels.register(name, _WRAP[how](fn))
     for name, fn in _random_kernels(np, chunk=1 << 14).items():  # Philox rounds in cache-sized passes
         kernels.register(name, _plain(fn))
+    _nn.register(kernels, _WRAP)
     _sorting.register(kernels)

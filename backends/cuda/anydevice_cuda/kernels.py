@@ -22,6 +22,7 @@ import numpy as np
 from anydevice.base.errors import OutOfMemoryError
 from anydevice.ops.indexing import to_numpy_key
 from anydevice.ops.random import array_kernels as _random_kernels
+from anydevice_cpu.kernels_nn import table as _nn_table  # the deep-learning ops, on CuPy
 from anydevice_cpu.kernels_sorting import array_kernels as _sorting_kernels
 
 _BF16 = None
@@ -473,6 +474,7 @@ TABLE = {
     "linear": (lambda x, w, b: cp.matmul(x, w.T) + b, "half"),
 }
 
+TABLE.update(_nn_table(cp))
 _BINARY_UFUNCS = {n for n, (f, how) in TABLE.items() if how == "native" and isinstance(f, cp.ufunc) and f.nin == 2}
 
 
