@@ -303,6 +303,9 @@ def _cases():
     yield from ((op, [_POS if "log" in op or op in ("sqrt", "reciprocal") else _ANY], {}, fl) for op in _UNARY)
     yield from ((op, [_ANY, _POS], {}, fl) for op in _BINARY)
     yield from ((op, [_INT, _SHIFT + 1], {}, ("int32", "int8")) for op in _INT_BINARY)
+    yield from ((op, [_ANY / 2.5], {}, fl) for op in ("acos", "asin", "atan", "asinh", "atanh", "signbit"))
+    yield "acosh", [_POS + 1.0], {}, fl
+    yield from ((op, [_ANY, np.concatenate([_ANY[:1], -_POS[1:]])], {}, fl) for op in ("atan2", "copysign", "nextafter"))
     yield "bitwise_invert", [_INT], {}, ("int32",)
     yield "logical_not", [_ANY > 0], {}, ("bool",)
     yield from ((op, [_ANY > 0, _POS > 1], {}, ("bool",)) for op in ("logical_and", "logical_or", "logical_xor"))

@@ -18,6 +18,7 @@ The path the op took (native, decomposed, fallback) is recorded from
 """
 from __future__ import annotations
 
+import inspect
 import time
 import traceback
 import warnings
@@ -149,6 +150,22 @@ class Expected:
     __slots__ = ("dtype", "shape", "attrs", "ref_inputs", "ref", "cattrs")
 
 
+def _out_dtype(op, out) -> dict:
+    """``{"out_dtype": out}`` for a reference whose result depends on the dtype (nextafter: the
+    neighbouring value of float32 is not that of float64), which takes it as a keyword."""
+    wants = _WANTS_DTYPE.get(op.reference)
+    if wants is None:
+        try:
+            wants = "out_dtype" in inspect.signature(op.reference).parameters
+        except (TypeError, ValueError):  # numpy ufuncs have no signature
+            wants = False
+        _WANTS_DTYPE[op.reference] = wants
+    return {"out_dtype": out} if wants else {}
+
+
+_WANTS_DTYPE: dict = {}
+
+
 def expected(op, sample):
     """Dtype, shape and reference values of ``sample`` from the registry alone."""
     ex = Expected()
@@ -177,7 +194,7 @@ def expected(op, sample):
     ex.attrs = cattrs
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ref = np.asarray(op.reference(*_rebuild(sample.inputs, ref_in), **cattrs))
+        ref = np.asarray(op.reference(*_rebuild(sample.inputs, ref_in), **cattrs, **_out_dtype(op, out)))
         ex.ref = ref.astype(out.numpy) if out is not None else ref
     return ex
 

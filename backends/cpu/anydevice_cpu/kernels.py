@@ -12,8 +12,8 @@ import numpy as np
 from anydevice.ops.indexing import to_numpy_key
 from anydevice.ops.random import array_kernels as _random_kernels
 
+from . import kernels_elementwise2 as _elementwise2
 from . import kernels_nn as _nn
-
 from . import kernels_sorting as _sorting
 
 _HALF: set = set()
@@ -321,3 +321,4 @@ def register(kernels) -> None:
         kernels.register(name, _plain(fn))
     _nn.register(kernels, _WRAP)
     _sorting.register(kernels)
+    _elementwise2.register(kernels, _WRAP)

@@ -24,6 +24,7 @@ from anydevice.ops.indexing import to_numpy_key
 from anydevice.ops.random import array_kernels as _random_kernels
 from anydevice_cpu.kernels_nn import table as _nn_table  # the deep-learning ops, on CuPy
 from anydevice_cpu.kernels_sorting import array_kernels as _sorting_kernels
+from anydevice_cuda import kernels_elementwise2 as _elementwise2  # (absolute: tests load this file alone)
 
 _BF16 = None
 try:
@@ -475,6 +476,7 @@ TABLE = {
 }
 
 TABLE.update(_nn_table(cp))
+TABLE.update(_elementwise2.table(cp))
 _BINARY_UFUNCS = {n for n, (f, how) in TABLE.items() if how == "native" and isinstance(f, cp.ufunc) and f.nin == 2}
 
 

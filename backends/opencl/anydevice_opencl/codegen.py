@@ -158,10 +158,15 @@ EXPR: dict[str, dict[str, str]] = {
     "bitwise_right_shift": {"i": "(((ulong)x1) < {W} ? ({T})(x0 >> x1) : ({T})(x0 < 0 ? -1 : 0))",
                             "u": "(((ulong)x1) < {W} ? ({T})(x0 >> x1) : ({T})0)"},
     "where": {_ALL: "(x0 ? x1 : x2)"},
+    "acos": {"f": "acos(x0)"}, "asin": {"f": "asin(x0)"}, "atan": {"f": "atan(x0)"},
+    "acosh": {"f": "acosh(x0)"}, "asinh": {"f": "asinh(x0)"}, "atanh": {"f": "atanh(x0)"},
+    "atan2": {"f": "atan2(x0, x1)"}, "copysign": {"f": "copysign(x0, x1)"}, "signbit": {"f": "signbit(x0)"},
+    # the neighbour within the dtype itself ({S}, the storage type, tells float16 from bfloat16)
+    "nextafter": {"f": "nextafter_{S}_{T}(x0, x1)"},
 }
 #: ops whose result is bool whatever the input dtype
 BOOL_OUT = frozenset({"equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
-                      "isnan", "isinf", "isfinite"})
+                      "isnan", "isinf", "isfinite", "signbit"})
 
 # Helpers named in EXPR, instantiated per compute type T (Python floor semantics, as numpy).
 HELPERS = {
@@ -189,6 +194,21 @@ HELPERS = {
   if (b == 0) return 0;
   if (b == -1) return (T)(0UL - (ulong)a);
   T q = a / b; if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1; return q; }""",
+    "nextafter_float": "inline T nextafter_float_T(T a, T b) { return nextafter(a, b); }",
+    "nextafter_double": "inline T nextafter_double_T(T a, T b) { return nextafter(a, b); }",
+    # 16-bit floats (held exactly in a float): step the 16-bit pattern, away from 0 or toward it
+    "nextafter_half": """inline T nextafter_half_T(T a, T b) {
+  if (isnan(a) || isnan(b)) return a + b;
+  if (a == b) return b;
+  ushort h = b > 0 ? 0x0001 : 0x8001;
+  if (a != 0) { vstore_half_rte(a, 0, (__private half*)&h); h = (b > a) == (a > 0) ? h + 1 : h - 1; }
+  return vload_half(0, (__private const half*)&h); }""",
+    "nextafter_ushort": """inline T nextafter_ushort_T(T a, T b) {
+  if (isnan(a) || isnan(b)) return a + b;
+  if (a == b) return b;
+  ushort h = b > 0 ? 0x0001 : 0x8001;
+  if (a != 0) { h = f2bf(a); h = (b > a) == (a > 0) ? h + 1 : h - 1; }
+  return bf2f(h); }""",
     "logaddexp": """inline T logaddexp_T(T a, T b) {
   if (a == b) return a + log((T)2);
   T d = a - b;
@@ -203,7 +223,7 @@ def expr_for(op: str, dt: str) -> str | None:
     ct = CTYPES[dt]
     for kinds, e in EXPR[op].items():
         if ct.kind in kinds:
-            return (e.replace("{T}", ct.compute).replace("{W}", str(ct.bits))
+            return (e.replace("{T}", ct.compute).replace("{W}", str(ct.bits)).replace("{S}", ct.storage)
                     .replace("{F}", "f" if ct.compute == "float" else ""))
     return None
 

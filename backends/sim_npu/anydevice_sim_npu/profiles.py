@@ -33,10 +33,15 @@ class Profile:
     launch_latency: float = 4e-6  # seconds added to every kernel by the cost model
     dtypes: tuple = ()           # names; empty = every anydevice dtype
     missing_ops: tuple = ()      # primitives without a native kernel (they fall back to the cpu)
+    host_bandwidth: float = 25e9  # host <-> device link bytes/s (PCIe-like), for queued copies
 
     def device_time(self, nbytes: int, flops: float) -> float:
         """Roofline estimate in seconds: launch latency + max(compute time, memory time)."""
         return self.launch_latency + max(flops / self.peak_flops, nbytes / self.bandwidth)
+
+    def transfer_time(self, nbytes: int) -> float:
+        """Seconds a queued host <-> device copy of ``nbytes`` occupies its stream."""
+        return self.launch_latency + nbytes / self.host_bandwidth
 
 
 _ALL_BUT = lambda *drop: tuple(n for n in (  # noqa: E731

@@ -50,6 +50,7 @@ class Chip:
         self.error: DeviceError | None = None
         self.lost = False
         self.faults: dict[str, int] = {}   # kind -> operations left before it fires
+        self.trace: list | None = None     # (stream id, name, start, end) of each item run, while tracing
 
     def view(self, arr) -> np.ndarray:
         """A numpy view of a DeviceArray's bytes, cached by (address, shape, dtype).
@@ -194,14 +195,14 @@ class SimRuntime(Runtime):
         chip.check()
         data = np.array(src, copy=True).reshape(-1).view(np.uint8)  # the host may reuse src at once
         mem = chip.store[dst]
-        self._stream(chip, stream).submit(_Copy("copy_h2d_async", mem, offset, data))
+        self._stream(chip, stream).submit(_Copy("copy_h2d_async", mem, offset, data, chip.profile.transfer_time(data.nbytes)))
 
     def copy_d2h_async(self, index, dst, src, offset, stream) -> None:
         chip = self.chips[index]
         chip.check()
         out = dst.reshape(-1).view(np.uint8)
         mem = chip.store[src][offset:offset + out.nbytes]
-        self._stream(chip, stream).submit(_Copy("copy_d2h_async", out, 0, mem))
+        self._stream(chip, stream).submit(_Copy("copy_d2h_async", out, 0, mem, chip.profile.transfer_time(mem.nbytes)))
 
     def memory_info(self, index: int):
         c = self.chips[index]
@@ -291,6 +292,18 @@ class SimRuntime(Runtime):
 
     def stream_wait_event(self, index: int, stream, event: SimEvent) -> None:
         self._stream(self.chips[index], stream).wait_event(event)
+
+    def start_trace(self, index: int) -> None:
+        """Record every kernel and copy that runs on device ``index`` from now on (see :meth:`stop_trace`)."""
+        self.chips[index].trace = []
+
+    def stop_trace(self, index: int) -> list:
+        """What ran since :meth:`start_trace`, once queued work is done: ``(stream id, name, start,
+        end)`` per kernel or copy, in seconds of the streams' simulated clocks."""
+        chip = self.chips[index]
+        chip.drain()
+        out, chip.trace = chip.trace or [], None
+        return out
 
     def elapsed_time(self, index: int, start: SimEvent, end: SimEvent) -> float:
         """Milliseconds of *simulated* device time between two recorded events."""
@@ -384,13 +397,14 @@ class _Kernel:
 
 
 class _Copy:
-    __slots__ = ("name", "dst", "off", "src")
+    __slots__ = ("name", "dst", "off", "src", "seconds")
 
-    def __init__(self, name, dst, off, src):
-        self.name, self.dst, self.off, self.src = name, dst, off, src
+    def __init__(self, name, dst, off, src, seconds):
+        self.name, self.dst, self.off, self.src, self.seconds = name, dst, off, src, seconds
 
     def __call__(self, stream):
         self.dst[self.off:self.off + self.src.nbytes] = self.src
+        stream.clock += self.seconds
 
 
 def _injected(chip):

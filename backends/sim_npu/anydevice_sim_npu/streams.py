@@ -7,7 +7,8 @@ element-wise kernels, plain tuples ``(name, ufunc, out, a, b, seconds)`` that th
 while its device is in an error state but always runs markers (event records, sync
 points), so nothing waiting on them can hang. A stream keeps a *simulated clock*: the sum
 of the cost-model times of the kernels it ran; events capture it, and ``elapsed_time``
-is the difference.
+is the difference. While the device is traced (``start_trace``) each kernel and copy leaves its
+``(stream, name, start, end)`` there.
 
 Host and worker threads share the interpreter lock, so every step of the worker costs the
 host thread time as well: the worker loop is kept as short as the model allows.
@@ -75,6 +76,7 @@ class SimStream:
         np.seterr(all="ignore")  # per thread: device math does not warn, like the cpu kernels
         while True:
             item = get()
+            start = self.clock
             try:
                 if type(item) is tuple:  # element-wise kernel (name, ufunc, out, a, b, seconds)
                     if chip.error is None:
@@ -87,6 +89,8 @@ class SimStream:
             except BaseException as e:  # noqa: BLE001 - recorded, raised at the next sync point
                 chip.fail(self, item[0] if type(item) is tuple else getattr(item, "name", "work item"), e)
             finally:
+                if chip.trace is not None and type(item) is not Marker and item is not _STOP:
+                    chip.trace.append((self.id, item[0] if type(item) is tuple else item.name, start, self.clock))
                 item = None
                 self.done += 1
 

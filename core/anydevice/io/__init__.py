@@ -18,6 +18,7 @@ import numpy as np
 from anydevice.api import asarray
 from anydevice.base import dtypes as _dt
 from anydevice.base.errors import CheckpointError
+from anydevice.data import DataLoader  # noqa: F401 - Paddle's paddle.io.DataLoader
 from anydevice.engine.tensor import Tensor
 from anydevice.io import format as _fmt
 from anydevice.io.structure import Decoder, Encoder

@@ -38,18 +38,20 @@ def _eshape(name):
     return lambda shapes, attrs: elementwise_shape(shapes, attrs, name)
 
 
-def unary(name, ref, vjp=None, decomp=None, cat="numeric", rule=None, domain=None, tol=None, diff=True, doc=""):
+def unary(name, ref, vjp=None, decomp=None, cat="numeric", rule=None, domain=None, tol=None, diff=True, doc="",
+          **kw):
     return define(
         name, inputs=("x",), dtype_rule=(rule or same)(cat), shape_rule=_eshape(name), reference=ref, vjp=vjp,
-        decomposition=decomp, category="elementwise", domain=domain, tolerance=tol, differentiable=diff, doc=doc,
+        decomposition=decomp, category="elementwise", domain=domain, tolerance=tol, differentiable=diff, doc=doc, **kw,
     )
 
 
-def binary(name, ref, vjp=None, decomp=None, cat="numeric", rule=None, domain=None, tol=None, diff=True, doc=""):
+def binary(name, ref, vjp=None, decomp=None, cat="numeric", rule=None, domain=None, tol=None, diff=True, doc="",
+           **kw):
     return define(
         name, inputs=("x1", "x2"), dtype_rule=(rule or same)(cat), shape_rule=_eshape(name), reference=ref,
         vjp=vjp, decomposition=decomp, category="elementwise", domain=domain, tolerance=tol, differentiable=diff,
-        doc=doc,
+        doc=doc, **kw,
     )
 
 
@@ -470,6 +472,111 @@ def _logaddexp(xp, a, b):
     m = xp.maximum(a, b)
     m = xp.where(xp.isinf(m), xp.zeros_like(m), m)
     return m + xp.log(xp.exp(a - m) + xp.exp(b - m))
+
+
+# --- inverse trigonometric and hyperbolic functions, atan2, copysign, nextafter, signbit ----------
+# The inverse functions are primitives: every backend has them natively (numpy, CuPy, OpenCL C
+# builtins), complex ones with C99's branch cuts and special values; formulas through log and sqrt
+# would lose both. 16-bit floats compute in float32 and round once.
+def _one_minus_x_squared(xp, x):
+    return (1.0 - x) * (x + 1.0)  # no cancellation near |x| = 1 (1 - x is exact there)
+
+
+def _samples(name, extra=None, shift=None):
+    """The default element-wise samples of op ``name``, real inputs moved by ``shift`` (acosh: into
+    [1, inf)), plus ``extra(d)`` -> [(list of inputs, description)] where the op is delicate."""
+    def gen(d, rng):
+        from anydevice.ops import samples as _s  # conformance data: loaded when asked for
+        from anydevice.ops.registry import get_op
+
+        out = _s.elementwise(get_op(name), d, rng)
+        if shift is not None and d.kind == "float":
+            for s in out:
+                if not s.desc.startswith("NaN"):
+                    s.inputs = [shift(np.asarray(x)).astype(x.dtype) for x in s.inputs]
+        for inputs, desc in (extra(d) if extra is not None and d.kind == "float" else ()):
+            with np.errstate(over="ignore"):  # huge magnitudes are inf in the 16-bit floats
+                out.append(_s.Sample([np.asarray(x, np.float64).astype(d.numpy) for x in inputs], {}, desc))
+        return out
+
+    return gen
+
+
+def _near_one(d):
+    return [([[1.0, -1.0, 0.999, -0.999, 0.99999, -0.99999, 0.5, -0.5, 1e-4, -1e-6]], "near ±1, ±0.5 and tiny")]
+
+
+def _wide(*vals):
+    return lambda d: [([list(vals)], "tiny, large and huge magnitudes")]
+
+
+def _bad_kind(name, n, kind):
+    """An input of a dtype outside the op's category: TypeError on every device."""
+    x = np.ones(3, np.int32 if kind == "int" else np.complex64)
+    allowed = "floating-point" if kind == "int" else "real floating-point"
+    return [([x] * n, {}, TypeError, f"{name} of {x.dtype.name} input ({allowed} dtypes only)")]
+
+
+def _inverse(name, ref, vjp, domain=None, extra=None, shift=None, doc=""):
+    unary(name, ref, cat="floating", vjp=vjp, domain=domain, samples=_samples(name, extra, shift),
+          errors=_bad_kind(name, 1, "int"), doc=doc)
+
+
+_inverse("acos", np.arccos, lambda xp, g, i, o: (-g / xp.sqrt(_one_minus_x_squared(xp, i[0])),), "unit", _near_one,
+         doc="the principal value of the inverse cosine, in [0, π] (complex: C99's branch cuts)")
+_inverse("asin", np.arcsin, lambda xp, g, i, o: (g / xp.sqrt(_one_minus_x_squared(xp, i[0])),), "unit", _near_one,
+         doc="the principal value of the inverse sine, in [-π/2, π/2]")
+_inverse("atan", np.arctan, lambda xp, g, i, o: (g / (i[0] * i[0] + 1.0),), extra=_wide(1e-8, -1e-4, 1e10, -1e30),
+         doc="the principal value of the inverse tangent, in [-π/2, π/2]")
+_inverse("acosh", np.arccosh, lambda xp, g, i, o: (g / xp.sqrt((i[0] - 1.0) * (i[0] + 1.0)),), "positive",
+         _wide(1.0, 1.0001, 1.5, 1e10, 1e30), shift=lambda x: np.abs(x) + 1.0,
+         doc="the inverse hyperbolic cosine (real x >= 1)")
+_inverse("asinh", np.arcsinh, lambda xp, g, i, o: (g / xp.sqrt(i[0] * i[0] + 1.0),),
+         extra=_wide(1e-8, -1e-4, 0.5, 1e10, -1e30), doc="the inverse hyperbolic sine")
+_inverse("atanh", np.arctanh, lambda xp, g, i, o: (g / _one_minus_x_squared(xp, i[0]),), "unit", _near_one,
+         doc="the inverse hyperbolic tangent (real |x| <= 1)")
+
+
+def _vjp_atan2(xp, g, i, o):
+    y, x = i
+    r2 = y * y + x * x
+    return unbroadcast(xp, g * x / r2, y.shape), unbroadcast(xp, -g * y / r2, x.shape)
+
+
+def _copysign(xp, x1, x2):
+    m = xp.abs(x1)
+    return xp.where(xp.signbit(x2), -m, m)
+
+
+def _vjp_copysign(xp, g, i, o):
+    x1, x2 = i
+    flip = xp.logical_xor(xp.signbit(x1), xp.signbit(x2))  # the result is x1 or -x1
+    return unbroadcast(xp, xp.where(flip, -g, g), x1.shape), unbroadcast(xp, xp.zeros_like(g * x2), x2.shape)
+
+
+def _nextafter_ref(x1, x2, *, out_dtype):
+    """The neighbour of x1 toward x2 among the values of the result dtype (float64 inputs here)."""
+    a, b = np.asarray(x1).astype(out_dtype.numpy), np.asarray(x2).astype(out_dtype.numpy)
+    return np.where(a == b, b, np.nextafter(a, b))  # x2 where equal (numpy's float16 gives x1: -0 for (-0, +0))
+
+
+def _signed_nans(d):
+    return [([[-math.nan, math.nan, -0.0, 0.0, -math.inf, math.inf, -1e-30, 1e-30]], "NaN of either sign, ±0, ±inf")]
+
+
+_EXACT = {d: (0.0, 0.0) for d in ("float16", "bfloat16", "float32", "float64")}
+binary("atan2", np.arctan2, cat="real_floating", vjp=_vjp_atan2, samples=_samples("atan2"),
+       errors=_bad_kind("atan2", 2, "complex"),
+       doc="the angle of the point (x2, x1) in radians, in [-π, π] (the quadrant from both signs)")
+binary("copysign", np.copysign, cat="real_floating", vjp=_vjp_copysign, decomp=_copysign,
+       samples=_samples("copysign"), errors=_bad_kind("copysign", 2, "complex"), tol=_EXACT,
+       doc="|x1| with the sign bit of x2 (NaN's sign bit included)")
+binary("nextafter", _nextafter_ref, cat="real_floating", diff=False, tol=_EXACT, samples=_samples("nextafter"),
+       errors=_bad_kind("nextafter", 2, "complex"),
+       doc="the next value of the result dtype after x1 in the direction of x2 (x2 itself where they are equal)")
+unary("signbit", np.signbit, cat="real_floating", rule=to_bool, diff=False,
+      samples=_samples("signbit", _signed_nans), errors=_bad_kind("signbit", 1, "complex"),
+      doc="whether the sign bit is set (-0, negative numbers, NaN with the sign bit)")
 
 
 # --- where / clip ------------------------------------------------------------------------------

@@ -214,6 +214,11 @@ def _elementwise(op, d, rng):
 _SPECIALS = "NaN, ±Inf, ±0, tiny (1e-8 ... 1e-3), subnormal, smallest normal, large and max magnitudes"
 
 
+def elementwise(op, d, rng) -> list:
+    """The category's samples of element-wise ``op`` at ``d``, for ops whose ``samples=`` adds to them."""
+    return [s for s in _elementwise(op, d, rng) if _valid(op, s)]
+
+
 def _clip_attrs(out, d):
     f = (lambda v: v) if d.kind in ("float", "complex") else int
     lo, hi = (f(-1.0), f(1.0)) if d.kind != "uint" else (1, 3)

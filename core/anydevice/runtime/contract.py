@@ -33,6 +33,7 @@ event, stream)`` / ``synchronize_event(index, e)``    when recorded
 ``empty / from_host / to_host / memory_stats``        the core's caching allocator over
                                                       ``malloc``/``free`` and ``DeviceArray``
 ``device_time(op, nbytes, flops) -> float``           no simulated device time in the profiler
+``start_trace(index)`` / ``stop_trace(index)``        no device timeline in the profiler
 ``reset(index)``                                      :class:`~anydevice.errors.UnsupportedError`
 ``probe(index)``                                      every device is assumed usable
 ====================================================  ===========================================

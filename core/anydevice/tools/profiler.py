@@ -12,14 +12,22 @@ has ``device_time(op, nbytes, flops)``, the simulated or modelled device time. `
 is the bytes read and written (inputs + output); ``flops`` comes from the op's
 ``OpDef.flops(shapes, attrs)`` when it defines one, else the output's element count.
 On asynchronous backends host time is the launch cost, not the execution time.
+
+``profile(timeline=True)`` also collects what ran on each device, when its runtime can trace
+(``start_trace`` / ``stop_trace``; the simulated devices do): ``prof.timeline`` is a list of
+:class:`TimelineEvent` (device, stream, kernel or copy name, start and end in seconds of the
+device's clock), so overlap between streams, e.g. a copy running during a kernel, can be seen.
+Devices of a type first used inside the block are not traced.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import io
+from typing import NamedTuple
 
 from anydevice.engine import dispatch
+from anydevice.runtime import devices as _devices
 
 
 @dataclasses.dataclass
@@ -40,11 +48,26 @@ class OpStats:
         return self.host_time / self.count if self.count else 0.0
 
 
+class TimelineEvent(NamedTuple):
+    """One kernel or copy on a device's stream; ``start``/``end`` in seconds of the device clock."""
+
+    device: str
+    stream: int
+    name: str
+    start: float
+    end: float
+
+    def overlaps(self, other: TimelineEvent) -> bool:
+        """Whether the two ran at the same time for a moment (same device clock)."""
+        return self.device == other.device and self.start < other.end and other.start < self.end
+
+
 class ProfileResult:
     """What :func:`profile` collected; filled while the ``with`` block runs."""
 
     def __init__(self):
         self.stats: dict[tuple, OpStats] = {}
+        self.timeline: list[TimelineEvent] = []
 
     def rows(self) -> list[OpStats]:
         """Stats, heaviest first (by device time where known, else host time)."""
@@ -132,14 +155,31 @@ def cost_inputs(op, inputs, out) -> tuple[int, float]:
 
 
 @contextlib.contextmanager
-def profile():
-    """Collect per-op statistics while the block runs; yields a :class:`ProfileResult`."""
+def profile(timeline: bool = False):
+    """Collect per-op statistics while the block runs; yields a :class:`ProfileResult`.
+
+    ``timeline=True``: also trace the devices that can be traced (see the module docstring)."""
     result = ProfileResult()
+    traced = _start_traces() if timeline else []
     dispatch.add_observer(result._observe)
     try:
         yield result
     finally:
         dispatch.remove_observer(result._observe)
+        for dev in traced:
+            be = dev._backend
+            result.timeline += [TimelineEvent(str(dev), *e) for e in be.runtime.stop_trace(be.phys(dev.index))]
+        result.timeline.sort(key=lambda e: (e.device, e.start, e.end))
 
 
-__all__ = ["profile", "ProfileResult", "OpStats", "cost_inputs"]
+def _start_traces() -> list:
+    out = []
+    for be in list(_devices._backends.values()):
+        if be is not None and getattr(be, "runtime", None) is not None and be.has("start_trace"):
+            for dev in be.devices:
+                be.runtime.start_trace(be.phys(dev.index))
+                out.append(dev)
+    return out
+
+
+__all__ = ["profile", "ProfileResult", "OpStats", "TimelineEvent", "cost_inputs"]
