@@ -70,7 +70,7 @@ def _array_namespace(self, api_version=None):
 
 Tensor.__array_namespace__ = _array_namespace  # this package is the tensors' Array API namespace
 
-_LAZY = {"data", "device", "nn", "optim", "optimizer", "utils", "profiler", "distributed", "plugins", "cli", "backend",
+_LAZY = {"amp", "data", "device", "nn", "optim", "optimizer", "utils", "profiler", "distributed", "plugins", "cli", "backend",
          "dispatch", "runtime", "engine", "api", "ops", "tools", "check", "bench", "dtypes", "errors", "devices",
          "_backend"}
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from anydevice.base import dtypes as _dt
 from anydevice.base.errors import FallbackError, OutOfMemoryError, PluginError
+from anydevice.engine import autocast as _autocast
 from anydevice.engine import graph as _ag
 from anydevice.engine.tensor import Tensor, _detached, _wrap
 from anydevice.ops import load_all
@@ -192,6 +193,9 @@ def _try_fast(op, args):
 
 
 def apply(op, inputs, attrs):
+    mode = _autocast.current()
+    if mode is not None:  # an autocast region: the op's policy may cast its floating inputs first
+        inputs = _autocast.cast_inputs(op, inputs, mode, _astype)
     flat = list(_flat(inputs)) if op.variadic else inputs
     tensors = []
     scalars = False
