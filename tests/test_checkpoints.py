@@ -348,20 +348,20 @@ def test_load_state_dict_reports_every_problem_and_changes_nothing(tmp_path):
     seq = nn.Sequential(nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 2))
     before = seq.state_dict()
     good = {k: v + 1 for k, v in before.items()}
-    bad = dict(good, **{"layers.2.bias": np.zeros(7, np.float32)})
-    with pytest.raises(ValueError, match=r"layers.2.bias has shape \(2,\) in the model but \(7,\) in the state; nothing"):
-        seq.load_state_dict(bad)  # layers.0.* come first and would have loaded before the old check
-    extra = {k: v for k, v in good.items() if k != "layers.0.bias"} | {"layers.9.weight": np.zeros(1)}
-    with pytest.raises(KeyError, match=r"missing keys \['layers.0.bias'\], unexpected keys \['layers.9.weight'\]"):
+    bad = dict(good, **{"2.bias": np.zeros(7, np.float32)})
+    with pytest.raises(ValueError, match=r"2.bias has shape \(2,\) in the model but \(7,\) in the state; nothing"):
+        seq.load_state_dict(bad)  # 0.* come first and would have loaded before the old check
+    extra = {k: v for k, v in good.items() if k != "0.bias"} | {"9.weight": np.zeros(1)}
+    with pytest.raises(KeyError, match=r"missing keys \['0.bias'\], unexpected keys \['9.weight'\]"):
         seq.load_state_dict(extra)
     with pytest.raises(TypeError, match="complex data cannot become float32"):
-        seq.load_state_dict(dict(good, **{"layers.2.bias": np.zeros(2, np.complex64)}))
+        seq.load_state_dict(dict(good, **{"2.bias": np.zeros(2, np.complex64)}))
     for k, v in seq.state_dict().items():
         np.testing.assert_array_equal(v, before[k])
     res = seq.load_state_dict(extra, strict=False)
-    assert res.missing_keys == ["layers.0.bias"] and res.unexpected_keys == ["layers.9.weight"]
-    np.testing.assert_array_equal(seq.state_dict()["layers.0.weight"], good["layers.0.weight"])
-    np.testing.assert_array_equal(seq.state_dict()["layers.0.bias"], before["layers.0.bias"])
+    assert res.missing_keys == ["0.bias"] and res.unexpected_keys == ["9.weight"]
+    np.testing.assert_array_equal(seq.state_dict()["0.weight"], good["0.weight"])
+    np.testing.assert_array_equal(seq.state_dict()["0.bias"], before["0.bias"])
     with pytest.raises(TypeError, match="state must be a mapping"):
         seq.load_state_dict([1])
 

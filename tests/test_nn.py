@@ -58,16 +58,16 @@ def test_linear_rejects_bad_arguments():
 def test_module_parameters_state_dict_and_sequential():
     seq = nn.Sequential(nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 2))
     names = [n for n, _ in seq.named_parameters()]
-    assert names == ["layers.0.weight", "layers.0.bias", "layers.2.weight", "layers.2.bias"]
+    assert names == ["0.weight", "0.bias", "2.weight", "2.bias"]
     sd = seq.state_dict()
     other = nn.Sequential(nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 2))
     other.load_state_dict(sd)
     x = ad.asarray(np.ones((2, 5), np.float32))
     np.testing.assert_array_equal(seq(x).numpy(), other(x).numpy())
     with pytest.raises(KeyError, match="missing"):
-        other.load_state_dict({"layers.0.weight": sd["layers.0.weight"]})
+        other.load_state_dict({"0.weight": sd["0.weight"]})
     with pytest.raises(ValueError, match="has shape"):
-        other.load_state_dict({**sd, "layers.0.bias": np.zeros(7)})
+        other.load_state_dict({**sd, "0.bias": np.zeros(7)})
 
 
 def test_mse_loss_backward_matches_numpy():

@@ -18,7 +18,8 @@ from anydevice.engine.creation import asarray
 from anydevice.engine.dispatch import xp
 from anydevice.engine.tensor import Tensor, _new, to_device
 from anydevice.ops.indexing import canonical_key
-from anydevice.ops.registry import get_op
+from anydevice.ops.registry import all_ops as _all_ops
+from anydevice.ops.registry import get_op, normalize_axis
 from anydevice.runtime.devices import as_device, register_cache
 
 
@@ -69,22 +70,6 @@ def reshape(self, *shape) -> Tensor:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
     return xp.reshape(self, shape)
-
-
-def _sum(self, axis=None, keepdims=False):
-    return xp.sum(self, axis=axis, keepdims=keepdims)
-
-
-def _mean(self, axis=None, keepdims=False):
-    return xp.mean(self, axis=axis, keepdims=keepdims)
-
-
-def _max(self, axis=None, keepdims=False):
-    return xp.max(self, axis=axis, keepdims=keepdims)
-
-
-def _min(self, axis=None, keepdims=False):
-    return xp.min(self, axis=axis, keepdims=keepdims)
 
 
 # --- indexing -----------------------------------------------------------------------------------
@@ -322,15 +307,105 @@ _SYMBOLS = {
 _OP_SYMBOLS = {op: _SYMBOLS[dunder] for dunder, op in {**_BINARY, **_COMPARE}.items()}
 
 
+# --- op methods generated from the registry -----------------------------------------------------
+# Every op whose first input is a tensor becomes a method (``t.exp()``, ``t.argmax(axis=1)``,
+# ``t.maximum(u)``) unless Tensor already has that name or the op is listed here; PyTorch's
+# ``dim=``/``keepdim=`` keywords are accepted for ``axis=``/``keepdims=``.
+_NOT_METHODS = {"getitem", "setitem", "where", "real", "imag", "linear", "layer_norm", "cross_entropy"}
+# name -> (op, how the method's arguments become the op's: None passes them through)
+_ALIASES = {
+    "view": ("reshape", "dims"), "permute": ("permute_dims", "dims"), "unsqueeze": ("expand_dims", None),
+    "expand": ("broadcast_to", "dims"), "clamp": ("clip", None), "neg": ("negative", None),
+    "sub": ("subtract", None), "mul": ("multiply", None), "div": ("divide", None), "eq": ("equal", None),
+    "ne": ("not_equal", None), "lt": ("less", None), "le": ("less_equal", None), "gt": ("greater", None),
+    "ge": ("greater_equal", None), "logical_not": ("logical_not", None),
+}
+_KEYWORDS = {"dim": "axis", "keepdim": "keepdims"}
+_CASTS = {"float": _dt.float32, "double": _dt.float64, "half": _dt.float16, "bfloat16": _dt.bfloat16,
+          "long": _dt.int64, "int": _dt.int32, "short": _dt.int16, "bool": _dt.bool_}
+
+
+def _op_method(name: str, opname: str, args_as=None):
+    op = get_op(opname)
+    fn = _dispatch.op_function(op)
+
+    def method(self, *args, **kwargs):
+        if kwargs:
+            kwargs = {_KEYWORDS.get(k, k) if _KEYWORDS.get(k) in op.schema else k: v for k, v in kwargs.items()}
+        if args_as == "dims" and not (len(args) == 1 and isinstance(args[0], (tuple, list))):
+            args = (args,)  # t.permute(1, 0) as t.permute((1, 0))
+        return fn(self, *args, **kwargs)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"``t.{name}(...)`` is ``anydevice.{opname}(t, ...)``.\n\n{fn.__doc__}"
+    return method
+
+
+def _cast(d):
+    def method(self) -> Tensor:
+        return xp.astype(self, d, copy=False)
+
+    return method
+
+
+def _flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    """Merge the axes ``start_dim`` .. ``end_dim`` into one (a 0-d tensor becomes 1-D)."""
+    if self.ndim == 0:
+        return xp.reshape(self, (1,))
+    s, e = normalize_axis(start_dim, self.ndim, "flatten", "start_dim"), normalize_axis(end_dim, self.ndim, "flatten",
+                                                                                        "end_dim")
+    if s > e:
+        raise ValueError(f"flatten(): start_dim {start_dim} comes after end_dim {end_dim} for a {self.ndim}-D tensor")
+    return xp.reshape(self, self.shape[:s] + (int(np.prod(self.shape[s:e + 1])),) + self.shape[e + 1:])
+
+
+def _transpose(self, dim0: int, dim1: int) -> Tensor:
+    """Swap two axes."""
+    a, b = (normalize_axis(d, self.ndim, "transpose", n) for d, n in ((dim0, "dim0"), (dim1, "dim1")))
+    order = list(range(self.ndim))
+    order[a], order[b] = b, a
+    return xp.permute_dims(self, tuple(order))
+
+
+def _squeeze(self, axis=None, dim=None) -> Tensor:
+    """Drop axes of length 1: all of them by default, else ``axis`` (``dim``), as PyTorch."""
+    axis = dim if axis is None else axis
+    if axis is None:
+        axis = tuple(i for i, n in enumerate(self.shape) if n == 1)
+    return xp.squeeze(self, axis=axis)
+
+
+def _clone(self) -> Tensor:
+    """A copy that stays in the graph (gradients flow back to ``self``)."""
+    return xp.astype(self, self.dtype, copy=True)
+
+
+def _generated_methods() -> dict:
+    out = {}
+    for op in _all_ops():
+        if op.inputs and not op.variadic and op.name not in _NOT_METHODS:
+            out[op.name] = _op_method(op.name, op.name)
+    for name, (opname, args_as) in _ALIASES.items():
+        out[name] = _op_method(name, opname, args_as)
+    out.update({name: _cast(d) for name, d in _CASTS.items()})
+    out.update(flatten=_flatten, transpose=_transpose, squeeze=_squeeze, clone=_clone,
+               dim=lambda self: self.ndim, numel=lambda self: self.size)
+    return out
+
+
 _METHODS = {
     "backward": backward, "to": to, "to_device": to, "cpu": cpu, "astype": astype, "reshape": reshape,
-    "sum": _sum, "mean": _mean, "max": _max, "min": _min, "__getitem__": getitem, "__setitem__": _setitem_method,
+    "__getitem__": getitem, "__setitem__": _setitem_method,
 }
 _PROPERTIES = {"T": _T, "mT": _mT}
 
 
 def install() -> None:
     """Attach the methods and operators to Tensor (idempotent)."""
+    for name, fn in _generated_methods().items():
+        if name not in _METHODS and (name not in vars(Tensor) or getattr(vars(Tensor)[name], "_generated", False)):
+            fn._generated = True
+            setattr(Tensor, name, fn)
     for name, fn in _METHODS.items():
         setattr(Tensor, name, fn)
     for name, fn in _PROPERTIES.items():

@@ -1,0 +1,203 @@
+"""anydevice.nn: Module bookkeeping, containers, hooks, state dicts, init, layers' train/eval
+semantics against numpy, and the Tensor methods generated from the registry."""
+import math
+
+import numpy as np
+import pytest
+
+import anydevice as ad
+from anydevice import nn
+from anydevice.nn import init
+
+LOCAL = ["cpu", "npu:0", "xpu:0", "dcu:0", "opencl:0"]
+
+
+def _np(t):
+    return np.asarray(t.numpy(), dtype=np.float64)
+
+
+class _Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 4)
+        self.blocks = nn.ModuleList([nn.Linear(4, 4), nn.ReLU()])
+        self.head = nn.Sequential(nn.Linear(4, 2))
+        self.register_buffer("steps", ad.zeros((), dtype=ad.int64))
+        self.register_buffer("scratch", ad.zeros(2), persistent=False)
+
+    def forward(self, x):
+        x = self.fc(x)
+        for m in self.blocks:
+            x = m(x)
+        return self.head(x)
+
+
+# --- Module bookkeeping -----------------------------------------------------------------------
+def test_names_follow_pytorch_and_shared_modules_count_once():
+    net = _Net()
+    assert [n for n, _ in net.named_parameters()] == [
+        "fc.weight", "fc.bias", "blocks.0.weight", "blocks.0.bias", "head.0.weight", "head.0.bias"]
+    assert [n for n, _ in net.named_buffers()] == ["steps", "scratch"]
+    assert list(net.state_dict()) == ["steps"] + [n for n, _ in net.named_parameters()]  # own entries first
+    assert [n for n, _ in net.named_modules()] == ["", "fc", "blocks", "blocks.0", "blocks.1", "head", "head.0"]
+    assert [n for n, _ in net.named_children()] == ["fc", "blocks", "head"]
+    shared = nn.Linear(2, 2)
+    seq = nn.Sequential(shared, nn.ReLU(), shared)
+    assert len(seq.parameters()) == 2 and len(list(seq.modules())) == 3
+    frozen = nn.Linear(2, 2)
+    frozen.requires_grad_(False)
+    assert [n for n, _ in frozen.named_parameters()] == ["weight", "bias"] and not frozen.weight.requires_grad
+    assert nn.Layer is nn.Module
+
+
+def test_train_eval_apply_and_zero_grad():
+    net = _Net()
+    assert net.training and all(m.training for m in net.modules())
+    assert net.eval() is net and not any(m.training for m in net.modules())
+    net.train()
+    assert all(m.training for m in net.modules())
+    seen = []
+    net.apply(lambda m: seen.append(type(m).__name__))
+    assert seen[-1] == "_Net" and seen.count("Linear") == 3
+    net(ad.ones((2, 3))).sum().backward()
+    assert all(p.grad is not None for p in net.parameters())
+    net.clear_grad()
+    assert all(p.grad is None for p in net.parameters())
+    with pytest.raises(TypeError, match="mode must be a bool"):
+        net.train("no")
+
+
+def test_state_dict_round_trip_with_buffers_and_clear_shape_errors():
+    a, b = _Net(), _Net()
+    a.steps = ad.asarray(7, dtype=ad.int64)
+    res = b.load_state_dict(a.state_dict())
+    assert res.missing_keys == [] and res.unexpected_keys == []
+    assert b.steps.item() == 7 and b.steps.dtype == ad.int64
+    x = ad.asarray(np.arange(6, dtype=np.float32).reshape(2, 3))
+    np.testing.assert_array_equal(a(x).numpy(), b(x).numpy())
+    sd = a.state_dict()
+    sd["blocks.0.weight"] = np.zeros((4, 5), np.float32)
+    with pytest.raises(ValueError, match=r"blocks.0.weight has shape \(4, 4\) in the model but \(4, 5\) in the state"):
+        b.load_state_dict(sd)
+    with pytest.raises(KeyError, match=r"missing keys \['steps'\]"):
+        b.load_state_dict({k: v for k, v in a.state_dict().items() if k != "steps"})
+    with pytest.raises(TypeError, match="buffer 'steps' must be a Tensor or None"):
+        b.steps = 3
+
+
+def test_to_moves_parameters_buffers_and_grads_between_devices():
+    net = _Net()
+    net(ad.ones((2, 3))).sum().backward()
+    w, g = net.fc.weight, net.fc.weight.grad.numpy()
+    net.to("npu:0")
+    assert net.fc.weight is w and w.device == "npu:0" and w.grad.device == "npu:0"
+    assert net.steps.device == "npu:0" and net.scratch.device == "npu:0"
+    np.testing.assert_array_equal(w.grad.numpy(), g)
+    net.to("cpu", ad.float64)  # npu has no float64
+    assert w.dtype == ad.float64 and w.grad.dtype == ad.float64 and net.steps.dtype == ad.int64
+    out = net(ad.ones((2, 3), dtype=ad.float64))
+    assert out.device == "cpu" and out.dtype == ad.float64 and w.device == "cpu"
+
+
+def test_forward_hooks_and_pre_hooks_are_removable():
+    lin = nn.Linear(2, 2)
+    calls = []
+    pre = lin.register_forward_pre_hook(lambda m, args: (args[0] * 0.0,))
+    post = lin.register_forward_hook(lambda m, args, out: calls.append(out.shape) or out + 1.0)
+    out = lin(ad.ones((3, 2)))
+    np.testing.assert_allclose(out.numpy(), np.broadcast_to(lin.bias.numpy() + 1, (3, 2)), rtol=1e-6)
+    assert calls == [(3, 2)]
+    pre.remove()
+    post.remove()
+    np.testing.assert_allclose(lin(ad.ones((1, 2))).numpy(), (lin.weight.numpy().sum(1) + lin.bias.numpy())[None],
+                               rtol=1e-5)
+    assert calls == [(3, 2)]
+    with pytest.raises(TypeError, match="hook must be callable"):
+        lin.register_forward_hook(3)
+
+
+def test_containers_index_slice_append_and_dict():
+    seq = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1))
+    assert len(seq) == 3 and isinstance(seq[-1], nn.Linear) and isinstance(seq[1:], nn.Sequential)
+    assert len(seq[1:]) == 2 and seq[1:][1] is seq[2]
+    seq.append(nn.Identity())
+    assert len(seq) == 4 and list(seq.state_dict()) == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    with pytest.raises(IndexError, match="index 9 is out of range for 4 modules"):
+        seq[9]
+    with pytest.raises(TypeError, match="argument 1 is a int, not a Module"):
+        nn.Sequential(nn.ReLU(), 3)
+    ml = nn.ModuleList([nn.Linear(1, 1)]) + nn.ModuleList([nn.Linear(1, 2)])
+    assert [n for n, _ in ml.named_parameters()] == ["0.weight", "0.bias", "1.weight", "1.bias"]
+    md = nn.ModuleDict({"enc": nn.Linear(2, 2), "act": nn.ReLU()})
+    assert md.keys() == ["enc", "act"] and "enc" in md and len(md) == 2
+    assert [n for n, _ in md.named_parameters()] == ["enc.weight", "enc.bias"]
+    with pytest.raises(KeyError, match=r"no module 'dec'; its keys are \['enc', 'act'\]"):
+        md["dec"]
+
+
+# --- init -------------------------------------------------------------------------------------
+def test_init_statistics_and_gains():
+    w = nn.parameter(np.zeros((400, 300), np.float32))
+    g = ad.Generator().manual_seed(0)
+    init.kaiming_uniform_(w, a=math.sqrt(5), generator=g)
+    assert abs(np.abs(_np(w)).max() - 1 / math.sqrt(300)) < 1e-4
+    init.kaiming_normal_(w, mode="fan_out", nonlinearity="relu", generator=g)
+    assert abs(_np(w).std() - math.sqrt(2 / 400)) < 0.01 * math.sqrt(2 / 400) * 3
+    init.xavier_uniform_(w, generator=g)
+    assert abs(_np(w).var() - 2 / 700) < 0.03 * 2 / 700
+    init.xavier_normal_(w, gain=init.calculate_gain("tanh"), generator=g)
+    assert abs(_np(w).std() - 5 / 3 * math.sqrt(2 / 700)) < 0.01 * 5 / 3 * math.sqrt(2 / 700) * 3
+    init.trunc_normal_(w, std=0.5, a=-0.4, b=0.6, generator=g)
+    pdf = [math.exp(-z * z / 2) / math.sqrt(2 * math.pi) for z in (-0.8, 1.2)]
+    cdf = [0.5 * (1 + math.erf(z / math.sqrt(2))) for z in (-0.8, 1.2)]
+    want = 0.5 * (pdf[0] - pdf[1]) / (cdf[1] - cdf[0])  # the mean of the truncated normal
+    assert _np(w).min() >= -0.4 and _np(w).max() <= 0.6 and abs(_np(w).mean() - want) < 0.002
+    init.constant_(w, 0.25)
+    assert np.all(_np(w) == 0.25) and w.requires_grad
+    assert init.calculate_gain("leaky_relu", 0.2) == pytest.approx(math.sqrt(2 / 1.04))
+    with pytest.raises(ValueError, match="unsupported nonlinearity 'swish'"):
+        init.calculate_gain("swish")
+    with pytest.raises(ValueError, match=r"at least 2 dimensions, got shape \(3,\)"):
+        init.xavier_uniform_(nn.parameter(np.zeros(3, np.float32)))
+    with pytest.raises(ValueError, match="mode must be 'fan_in' or 'fan_out'"):
+        init.kaiming_uniform_(w, mode="fan")
+
+
+@pytest.mark.parametrize("device", LOCAL[1:])
+def test_same_seed_same_weights_on_every_device(device):
+    ad.manual_seed(123)
+    ref = nn.Linear(5, 7).state_dict()
+    ad.manual_seed(123)
+    other = nn.Linear(5, 7, device=device)
+    assert other.weight.device == device
+    for k, v in other.state_dict().items():
+        np.testing.assert_array_equal(v, ref[k])
+    ad.manual_seed(5)
+    a = init.normal_(nn.parameter(np.zeros((3, 4), np.float32), device=device)).numpy()
+    ad.manual_seed(5)
+    np.testing.assert_array_equal(a, init.normal_(nn.parameter(np.zeros((3, 4), np.float32))).numpy())
+
+
+# --- generated Tensor methods -------------------------------------------------------------------
+def test_tensor_methods_generated_from_the_registry():
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    t = ad.asarray(a)
+    np.testing.assert_allclose(t.exp().numpy(), np.exp(a), rtol=1e-6)
+    np.testing.assert_array_equal(t.argmax(dim=1).numpy(), [2, 2])
+    assert t.sum(dim=1, keepdim=True).shape == (2, 1)
+    assert t.view(3, 2).shape == (3, 2) and t.view((6,)).shape == (6,)
+    np.testing.assert_array_equal(t.permute(1, 0).numpy(), a.T)
+    np.testing.assert_array_equal(t.transpose(0, 1).numpy(), a.T)
+    assert t.unsqueeze(0).shape == (1, 2, 3) and t.unsqueeze(0).unsqueeze(-1).squeeze().shape == (2, 3)
+    assert t.reshape(1, 2, 3).flatten().shape == (6,) and t.reshape(2, 1, 3).flatten(1).shape == (2, 3)
+    assert t.expand(4, 2, 3).shape == (4, 2, 3)
+    assert (t.long().dtype, t.int().dtype, t.double().dtype, t.half().dtype, t.bool().dtype) == (
+        ad.int64, ad.int32, ad.float64, ad.float16, ad.bool)
+    np.testing.assert_array_equal(t.clamp(1, 4).numpy(), np.clip(a, 1, 4))
+    np.testing.assert_array_equal(t.maximum(2.0).numpy(), np.maximum(a, 2))
+    assert t.dim() == 2 and t.numel() == 6 and t.T.shape == (3, 2)
+    p = nn.parameter(a)
+    p.clone().square().sum().backward()
+    np.testing.assert_allclose(p.grad.numpy(), 2 * a)
+    with pytest.raises(ValueError, match="start_dim 1 comes after end_dim 0"):
+        t.flatten(1, 0)
