@@ -133,3 +133,179 @@ def test_errors_name_the_op_the_argument_and_what_is_allowed(dev):
         ad.searchsorted(a, a, sorter=_on(np.arange(3), dev))
     with pytest.raises(TypeError, match=r"searchsorted\(\): sorter must be an integer tensor"):
         ad.searchsorted(a, a, sorter=a)
+
+
+# --- data-dependent shapes ---------------------------------------------------------------------------
+def _sparse(*shape):
+    x = rng.integers(-2, 3, size=shape).astype(np.float32)
+    x[x == 2] = np.nan
+    return x
+
+
+def _synced(fn):
+    """fn's result and the read-backs of data-dependent sizes it caused, per op."""
+    from anydevice.engine import dispatch
+
+    dispatch.reset_sync_counts()
+    out = fn()
+    return out, {op: n for (op, _), n in dispatch.sync_counts().items()}
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_nonzero_and_mask_indexing_match_numpy_with_one_read_back(dev):
+    x = _sparse(3, 5)
+    got, syncs = _synced(lambda: ad.nonzero(_on(x, dev)))
+    assert syncs == {"argwhere": 1}
+    assert len(got) == 2 and all(np.array_equal(g.numpy(), w) for g, w in zip(got, np.nonzero(x)))
+    t = _on(x, dev)
+    got, syncs = _synced(lambda: t[t > 0])
+    assert syncs == {"getitem_mask": 1} and np.array_equal(got.numpy(), x[x > 0])
+    got, syncs = _synced(lambda: t[_on(x[:, 0] != 0, dev)])  # a mask over the first axis selects rows
+    assert syncs == {"getitem_mask": 1}
+    np.testing.assert_array_equal(got.numpy(), x[x[:, 0] != 0])
+    t2 = _on(x, dev)
+    _, syncs = _synced(lambda: t2.__setitem__(ad.isnan(t2), -7.0))  # a broadcast value needs no count
+    want = x.copy()
+    want[np.isnan(want)] = -7.0
+    assert syncs == {} and np.array_equal(t2.numpy(), want)
+    k = int(np.sum(want < 0))
+    _, syncs = _synced(lambda: t2.__setitem__(t2 < 0, _on(np.arange(k, dtype=np.float32), dev)))
+    want[want < 0] = np.arange(k)
+    assert syncs == {"setitem_mask": 1} and np.array_equal(t2.numpy(), want)
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_unique_functions_nans_distinct_sorted_named_fields(dev):
+    x = np.array([[2.0, np.nan, -0.0, 2.0], [np.nan, 5.0, 0.0, 2.0]], np.float32)
+    r, syncs = _synced(lambda: ad.unique_all(_on(x, dev)))
+    assert syncs == {"unique_all": 1}
+    assert r._fields == ("values", "indices", "inverse_indices", "counts")
+    np.testing.assert_array_equal(r.values.numpy(), [0.0, 2.0, 5.0, np.nan, np.nan])
+    assert r.indices.numpy().tolist() == [2, 0, 5, 1, 4]
+    assert r.counts.numpy().tolist() == [2, 3, 1, 1, 1]
+    assert np.array_equal(r.inverse_indices.numpy(), [[1, 3, 0, 1], [4, 2, 0, 1]])
+    assert np.array_equal(r.values.numpy()[r.inverse_indices.numpy()], x, equal_nan=True)
+    c = ad.unique_counts(_on(x, dev))
+    assert c._fields == ("values", "counts") and c.counts.numpy().tolist() == [2, 3, 1, 1, 1]
+    i = ad.unique_inverse(_on(x, dev))
+    assert i._fields == ("values", "inverse_indices") and np.array_equal(i.inverse_indices.numpy(), r.inverse_indices.numpy())
+    v = rng.integers(-4, 4, size=50).astype(np.int16)
+    assert np.array_equal(ad.unique_values(_on(v, dev)).numpy(), np.unique(v))
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_repeat_with_a_tensor_of_repeats(dev):
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    r = np.array([2, 0, 3])
+    got, syncs = _synced(lambda: ad.repeat_tensor(_on(x, dev), _on(r, dev), axis=1))
+    assert syncs == {"repeat_tensor": 1} and np.array_equal(got.numpy(), np.repeat(x, r, axis=1))
+    assert np.array_equal(ad.repeat_tensor(_on(x, dev), _on(np.array([2]), dev)).numpy(), np.repeat(x, 2))
+    with pytest.raises(ValueError, match=r"repeat_tensor\(\): repeats must be non-negative"):
+        ad.repeat_tensor(_on(x, dev), _on(np.array([1, -1, 2]), dev), axis=1)
+
+
+def test_a_given_size_needs_no_read_back():
+    x = _sparse(20)
+    got, syncs = _synced(lambda: ad.argwhere(_on(x, "npu"), size=3))
+    assert syncs == {} and np.array_equal(got.numpy(), np.argwhere(x)[:3])
+    got, syncs = _synced(lambda: ad.unique_values(_on(x, "npu"), size=2))
+    assert syncs == {} and np.array_equal(got.numpy(), np.unique(x)[:2])
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_gradient_of_mask_indexing(dev):
+    x = rng.uniform(0.5, 2.0, size=(3, 4)).astype(np.float32)
+    m = x > 1.0
+    t = _on(x, dev)
+    t.requires_grad_(True)
+    w = rng.standard_normal(int(m.sum())).astype(np.float32)
+    ad.sum(ad.multiply(t[_on(m, dev)], _on(w, dev))).backward()
+    want = np.zeros_like(x)
+    want[m] = w
+    np.testing.assert_array_equal(t.grad.numpy(), want)
+    v = _on(np.float32([3.0]), dev)
+    v.requires_grad_(True)
+    u = ad.multiply(_on(x, dev), 1.0)
+    u[_on(m, dev)] = v
+    ad.sum(ad.multiply(u, _on(np.arange(12, dtype=np.float32).reshape(3, 4), dev))).backward()
+    assert v.grad.numpy().tolist() == [float(np.arange(12).reshape(3, 4)[m].sum())]
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_mask_errors(dev):
+    x = _on(np.zeros((2, 3), np.float32), dev)
+    with pytest.raises(IndexError, match=r"getitem_mask\(\): a boolean mask of shape \(3,\) does not match .*\(2, 3\)"):
+        x[_on(np.ones(3, bool), dev)]
+    with pytest.raises(TypeError, match=r"getitem_mask\(\): mask must be a bool tensor, not int8"):
+        ad.getitem_mask(x, _on(np.ones((2, 3), np.int8), dev))
+    with pytest.raises(ValueError, match=r"setitem_mask\(\): value of shape \(4,\) for 6 selected element\(s\)"):
+        x[_on(np.ones((2, 3), bool), dev)] = _on(np.ones(4, np.float32), dev)
+    with pytest.raises(ValueError, match=r"nonzero\(\): x must have at least one dimension"):
+        ad.nonzero(_on(np.float32(1.0), dev))
+    with pytest.raises(ValueError, match=r"unique_values\(\): size 4 is more than the 3 element"):
+        ad.unique_values(_on(np.ones(3, np.float32), dev), size=4)
+
+
+def test_capabilities_say_so():
+    caps = ad.__array_namespace_info__().capabilities()
+    assert caps["boolean indexing"] is True and caps["data-dependent shapes"] is True
+
+
+# --- a backend with only the primitives runs all of it on its device ----------------------------------
+def _host_kernel(fn):
+    def k(ctx, out, *bufs, **attrs):
+        rt = ctx.runtime
+
+        def host(b):
+            if isinstance(b, list):
+                return [host(e) for e in b]
+            a = np.empty(b.shape, b.dtype.numpy)
+            rt.copy_d2h(ctx.index, a, b.handle, b.byte_offset)
+            return a
+
+        r = np.ascontiguousarray(fn(None, *[host(b) for b in bufs], **attrs), dtype=out.dtype.numpy)
+        rt.copy_h2d(ctx.index, out.handle, out.byte_offset, r)
+
+    return k
+
+
+@pytest.fixture
+def primitives_only():
+    from fakes import FakePlugin, HostRuntime, installed
+
+    from anydevice.backend import KernelTable
+    from anydevice.engine import dispatch
+    from anydevice.ops.registry import primitives
+    from anydevice_cpu.kernels import register
+
+    cpu = KernelTable("cpu")
+    register(cpu)
+    kernels = {o.name: (_host_kernel(cpu.lookup(o.name, None).fn), True) for o in primitives() if o.outputs is None}
+    with installed(FakePlugin(types=("prim",), runtime=HostRuntime(count=1), kernels=kernels)):
+        old = dispatch.set_fallback_mode("error")  # any CPU fallback raises
+        try:
+            yield "prim"
+        finally:
+            dispatch.set_fallback_mode(old)
+
+
+def test_primitives_only_backend_runs_everything_on_device(primitives_only):
+    from anydevice.engine import dispatch
+
+    dev = primitives_only
+    x = _sparse(4, 6)
+    t = _on(x, dev)
+    assert all(np.array_equal(g.numpy(), w) for g, w in zip(ad.nonzero(t), np.nonzero(x)))
+    r = ad.unique_all(t)
+    u = np.unique(x[~np.isnan(x)])
+    assert np.array_equal(r.values.numpy(), np.concatenate([u, np.full(int(np.isnan(x).sum()), np.nan)]), equal_nan=True)
+    assert np.array_equal(r.values.numpy()[r.inverse_indices.numpy()], x, equal_nan=True)
+    assert np.array_equal(t[t > 0].numpy(), x[x > 0])
+    t[ad.isnan(t)] = 0.0
+    assert np.array_equal(t.numpy(), np.nan_to_num(x, nan=0.0))
+    assert np.array_equal(ad.sort(t, axis=0).numpy(), np.sort(np.nan_to_num(x), axis=0))
+    np.testing.assert_allclose(ad.cumulative_sum(t, axis=1).numpy(), np.cumsum(np.nan_to_num(x), axis=1))
+    s = np.sort(x[0])
+    assert np.array_equal(ad.searchsorted(_on(s, dev), t[1]).numpy(), np.searchsorted(s, np.nan_to_num(x)[1]))
+    assert np.array_equal(ad.repeat_tensor(t[0], _on(np.arange(6), dev)).numpy(), np.repeat(np.nan_to_num(x)[0], np.arange(6)))
+    assert not [k for k in dispatch.fallback_counts() if k[1].startswith("prim")]

@@ -13,7 +13,7 @@ import math as _math
 import sys as _sys
 
 from anydevice.api import *  # noqa: F401,F403 - the op functions and creation
-from anydevice.api.searching import searchsorted  # sorter= on top of the registry op
+from anydevice.api.searching import nonzero, searchsorted, unique_all, unique_counts, unique_inverse  # noqa: F401
 from anydevice.base import dtypes as _dt
 from anydevice.base.dtypes import (
     DType,

@@ -54,7 +54,53 @@ def array_kernels(xp) -> dict:
     def count_nonzero(x, axis, keepdims):
         return xp.sum(x != 0, axis=axis, keepdims=keepdims, dtype=np.int64)
 
-    return {"argsort": argsort, "sort": sort, "take_along_axis": take_along_axis,
+    def positions(keep, size):  # the compaction of the decompositions: the first size kept positions
+        return xp.argsort(~keep, kind="stable")[:size]
+
+    def argwhere(x, size):
+        pos = positions((x != 0).reshape(-1), size)
+        return xp.stack(xp.unravel_index(pos, x.shape), axis=1).astype(np.int64).reshape(-1, x.ndim)
+
+    def unique_all(x, size):
+        v = x.reshape(-1)
+        n = v.size
+        order = xp.argsort(_wide(v), kind="stable")
+        s = v[order]
+        start, last = xp.ones(n, bool), xp.ones(n, bool)
+        start[1:] = s[1:] != s[:-1]  # NaN != NaN: every NaN is a value of its own
+        last[:-1] = start[1:]
+        pos = positions(start, size)
+        inverse = xp.empty(n, np.int64)
+        inverse[order] = xp.cumsum(start) - 1
+        return s[pos], order[pos].astype(np.int64), inverse.reshape(x.shape), (positions(last, size) - pos + 1).astype(np.int64)
+
+    def getitem_mask(x, mask, size):
+        m = mask.reshape(-1)
+        return x.reshape((m.size,) + x.shape[mask.ndim:])[positions(m, size)]
+
+    def setitem_mask(x, mask, value, size=None):
+        y = x.copy()
+        rest = x.ndim - mask.ndim
+        y[mask] = value.reshape(value.shape[1:]) if value.ndim == rest + 1 and value.shape[0] == 1 else value
+        return y
+
+    def repeat_tensor(x, repeats, axis, size):
+        if axis is None:
+            x, axis = x.reshape(-1), 0
+        r = xp.broadcast_to(repeats.reshape(-1).astype(np.int64), (x.shape[axis],))
+        out = xp.repeat(x, r, axis=axis)
+        if size > out.shape[axis]:
+            raise IndexError(f"repeat_tensor(): size {size} is more than the {out.shape[axis]} repeated elements")
+        return xp.take(out, xp.arange(size), axis=axis)
+
+    def pick(*names):
+        parts = ("values", "indices", "inverse_indices", "counts")
+        return lambda x, size: tuple(p for p, n in zip(unique_all(x, size), parts) if n in names)
+
+    return {"argwhere": argwhere, "unique_all": unique_all, "unique_values": lambda x, size: unique_all(x, size)[0],
+            "unique_counts": pick("values", "counts"), "unique_inverse": pick("values", "inverse_indices"),
+            "getitem_mask": getitem_mask, "setitem_mask": setitem_mask, "repeat_tensor": repeat_tensor,
+            "argsort": argsort, "sort": sort, "take_along_axis": take_along_axis,
             "cumulative_sum": scan(xp.cumsum, 0), "cumulative_prod": scan(xp.cumprod, 1),
             "searchsorted": searchsorted, "count_nonzero": count_nonzero}
 

@@ -7,7 +7,7 @@ from anydevice.runtime.devices import as_device, current_device
 
 class Info:
     def capabilities(self) -> dict:
-        return {"boolean indexing": False, "data-dependent shapes": False, "max dimensions": None}
+        return {"boolean indexing": True, "data-dependent shapes": True, "max dimensions": None}
 
     def default_device(self):
         return current_device()

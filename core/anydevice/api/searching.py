@@ -1,6 +1,9 @@
 """Public functions of the searching and set ops whose Array API signature is not one registry op:
-``searchsorted`` with a ``sorter`` tensor."""
+``searchsorted`` with a ``sorter`` tensor, ``nonzero`` (a tuple of index arrays) and the
+``unique_*`` functions (named tuples with the standard's field names)."""
 from __future__ import annotations
+
+from collections import namedtuple
 
 from anydevice.engine.dispatch import xp
 from anydevice.engine.tensor import Tensor
@@ -20,4 +23,36 @@ def searchsorted(x1, x2, /, *, side="left", sorter=None) -> Tensor:
     return xp.searchsorted(x1, x2, side=side)
 
 
-__all__ = ["searchsorted"]
+
+
+def nonzero(x, /) -> tuple:
+    """The indices of the non-zero elements of ``x``, one int64 array per dimension (row-major
+    order). Their number is counted on the device and read back once (``argwhere``)."""
+    if isinstance(x, Tensor) and x.ndim == 0:
+        raise ValueError("nonzero(): x must have at least one dimension (a 0-d array has no indices)")
+    idx = xp.argwhere(x)
+    return tuple(xp.getitem(idx, key=(slice(None), k)) for k in range(idx.shape[1]))
+
+
+UniqueAllResult = namedtuple("UniqueAllResult", ["values", "indices", "inverse_indices", "counts"])
+UniqueCountsResult = namedtuple("UniqueCountsResult", ["values", "counts"])
+UniqueInverseResult = namedtuple("UniqueInverseResult", ["values", "inverse_indices"])
+
+
+def unique_all(x, /, *, size=None) -> UniqueAllResult:
+    """Sorted distinct values of ``x`` (NaNs distinct), the flat index of each one's first
+    occurrence, the index of every element's value (x's shape) and how often each occurs."""
+    return UniqueAllResult(*xp.unique_all(x, size=size))
+
+
+def unique_counts(x, /, *, size=None) -> UniqueCountsResult:
+    """Sorted distinct values of ``x`` (NaNs distinct) and how often each occurs."""
+    return UniqueCountsResult(*xp.unique_counts(x, size=size))
+
+
+def unique_inverse(x, /, *, size=None) -> UniqueInverseResult:
+    """Sorted distinct values of ``x`` (NaNs distinct) and the index of every element's value."""
+    return UniqueInverseResult(*xp.unique_inverse(x, size=size))
+
+
+__all__ = ["searchsorted", "nonzero", "unique_all", "unique_counts", "unique_inverse"]

@@ -80,6 +80,37 @@ def reset_fallback_counts() -> None:
         _warned.clear()
 
 
+_syncs: collections.Counter = collections.Counter()
+
+
+def sync_counts() -> dict:
+    """``{(op, device_string): count}`` of data-dependent size read-backs (one per call of an op
+    with ``data_shape`` whose sizes were not given)."""
+    with _counts_lock:
+        return dict(_syncs)
+
+
+def reset_sync_counts() -> None:
+    with _counts_lock:
+        _syncs.clear()
+
+
+def _data_shape(op, inputs, attrs, device) -> dict:
+    """Fill the attributes whose sizes depend on the data: ``op.data_shape`` computes them on the
+    device (0-d integer tensors), and they are read back in ONE synchronization (counted by
+    :func:`sync_counts`); the shape rule and the kernels then see static sizes."""
+    with _ag.no_grad():
+        need = op.data_shape(xp, inputs, attrs)
+        if not need:
+            return attrs
+        names = list(need)
+        vals = [xp.astype(xp.reshape(need[k], ()), _dt.int64) for k in names]
+        host = (vals[0] if len(vals) == 1 else xp.stack(vals)).numpy().reshape(-1)  # the read-back
+    with _counts_lock:
+        _syncs[(op.name, str(device))] += 1
+    return {**attrs, **{k: int(v) for k, v in zip(names, host)}}
+
+
 def add_observer(fn) -> None:
     """Call ``fn(op, device, path, seconds, inputs, out)`` after every top-level op (profiler, tracing)."""
     _observers.append(fn)
@@ -236,6 +267,8 @@ def apply(op, inputs, attrs):
             if _depth() > 0:  # a step of a decomposition needs a dtype this device lacks: the whole op falls back
                 raise _NeedsFallback(op.name)
             be.check_dtype(device.index, od)
+    if op.data_shape is not None:  # sizes that depend on the data: computed on the device, read back once
+        attrs = _data_shape(op, inputs, attrs, device)
     if op.canon is not None:
         attrs = op.canon(shapes, attrs)
     out_shape = op.shape_rule(shapes, attrs)

@@ -77,16 +77,27 @@ def getitem(x, key):
     """``x[key]``: an integer-tensor key gathers rows (``take``), anything else is a static key."""
     if isinstance(key, Tensor) and key.ndim == 1 and key.dtype.kind in ("int", "uint"):
         return xp.take(x, key, axis=0)
-    if isinstance(key, Tensor) and key.dtype is _dt.bool_:
-        raise IndexError("boolean mask indexing is not supported (data-dependent shape); use where()")
+    mask = _mask_key(key)
+    if mask is not None:  # x[mask]: the count is read back once (a data-dependent shape)
+        return xp.getitem_mask(x, mask)
     return xp.getitem(x, key=canonical_key(key, x.shape))
+
+
+def _mask_key(key):
+    """The bool tensor of a mask index (``x[mask]``, ``x[(mask,)]``), else None."""
+    if isinstance(key, tuple) and len(key) == 1:
+        key = key[0]
+    return key if isinstance(key, Tensor) and key.dtype is _dt.bool_ else None
 
 
 def setitem(x, key, value):
     """A copy of ``x`` with ``x[key] = value``; ``Tensor.__setitem__`` rebinds ``x`` to it."""
-    k = canonical_key(key, x.shape)
+    mask = _mask_key(key)
+    k = canonical_key(key, x.shape) if mask is None else None
     if not isinstance(value, Tensor) and type(value) not in (bool, int, float, complex):
         value = asarray(value, dtype=x.dtype, device=x.device)
+    if mask is not None:
+        return xp.setitem_mask(x, mask, value)
     return xp.setitem(x, value, key=k)
 
 

@@ -46,12 +46,13 @@ class OpDef:
         "decomposition", "category", "doc", "domain", "tolerance", "errors", "dtypes",
         "differentiable", "plans", "fast", "has_device_attr", "samples", "canon", "flops", "check", "dtype_cache",
         "schema", "valid_cache", "positional", "outputs", "normalize",
+        "data_shape",
     )
 
     def __init__(self, name, inputs, attrs, dtype_rule, shape_rule, reference, vjp=None, decomposition=None,
                  category="", doc="", domain=None, tolerance=None, errors=(), dtypes=None,
                  differentiable=True, samples=None, canon=None, flops=None, check=None, positional=None,
-                 outputs=None, normalize=None):
+                 outputs=None, normalize=None, data_shape=None):
         self.name, self.inputs = name, tuple(inputs)
         # how many attributes may be passed by position (the rest are keyword-only); None: all of them
         self.positional = positional
@@ -60,6 +61,9 @@ class OpDef:
         # are defined up to a choice (signs of eigenvectors) comparable, for conformance.
         self.outputs = tuple(outputs) if outputs else None
         self.normalize = normalize
+        # data_shape(xp, inputs, attrs) -> {attr: 0-d integer tensor}: sizes that depend on the data,
+        # computed on the device; the dispatcher reads them back at once and fills those attributes
+        self.data_shape = data_shape
         self.schema = {k: v if isinstance(v, Attr) else Attr(v) for k, v in attrs.items()}
         self.attrs = {k: a.default for k, a in self.schema.items()}
         self.valid_cache: dict = {}

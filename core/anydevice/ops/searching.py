@@ -450,3 +450,428 @@ define("count_nonzero", inputs=("x",), attrs={"axis": Axes(None), "keepdims": Bo
        errors=[([np.zeros((2, 3), np.float32)], {"axis": 2}, ValueError, "axis 2"),
                ([np.zeros((2, 3), np.float32)], {"axis": (1, 1)}, ValueError, "repeated axis")],
        doc="count_nonzero(x, /, *, axis=None, keepdims=False): how many elements are not zero (int64)")
+
+
+# --- data-dependent shapes: nonzero (argwhere), unique_*, boolean masks, repeat ------------------
+def _positions(xp, keep, size):
+    """The first ``size`` positions where the 1-D bool ``keep`` is True, ascending: a stable
+    argsort of the negated mask puts them first, in order (the compaction of every op below)."""
+    return xp.getitem(xp.argsort(xp.logical_not(keep)), key=(("s", 0, 1, size),))
+
+
+def _need_size(count):
+    """A data_shape rule: ``{"size": count(xp, *inputs)}`` unless the caller gave ``size``."""
+    def rule(xp, inputs, attrs):
+        return {} if attrs["size"] is not None else {"size": count(xp, *inputs)}
+
+    return rule
+
+
+def _check_size(name, size, most):
+    if size is not None and size > most:
+        raise ValueError(f"{name}(): size {size} is more than the {most} element(s) there are (allowed: 0..{most})")
+
+
+def _argwhere_shape(shapes, attrs):
+    x = tuple(shapes[0])
+    if not x:
+        raise ValueError("argwhere(): x must have at least one dimension (a 0-d array has no indices)")
+    _check_size("argwhere", attrs["size"], _prod(x))
+    return (attrs["size"], len(x))
+
+
+def _argwhere(xp, x, size):
+    pos = _positions(xp, xp.reshape(_mask(xp, x), (-1,)), size)
+    cols = [xp.remainder(xp.floor_divide(pos, _prod(x.shape[k + 1:])), n) for k, n in enumerate(x.shape)]
+    return xp.stack(cols, axis=1)
+
+
+def _argwhere_samples(d, rng):
+    from anydevice.ops.samples import Sample, values
+
+    def sparse(*shape):
+        v = values(rng, d, shape)
+        return np.where(rng.random(shape) < 0.5, np.zeros((), d.numpy), v).astype(d.numpy)
+
+    out = [Sample([sparse(9)], {}, "1-D"), Sample([sparse(3, 4)], {}, "(3, 4)"), Sample([sparse(2, 3, 2)], {}, "3-D"),
+           Sample([np.zeros((2, 3), d.numpy)], {}, "all zero"), Sample([np.ones((2, 2), d.numpy)], {}, "none zero"),
+           Sample([sparse(0, 3)], {}, "empty"), Sample([sparse(4, 4)], {"size": 2}, "size=2: the first two")]
+    if d.kind == "float":
+        out.append(Sample([np.asarray([0.0, np.nan, -0.0, np.inf]).astype(d.numpy)], {}, "NaN counts, -0 does not"))
+    return out
+
+
+def _argwhere_ref(x, size=None):
+    r = np.argwhere(x).astype(np.int64)
+    return r if size is None else r[:size]
+
+
+define("argwhere", inputs=("x",), attrs={"size": _SIZE}, positional=0, dtype_rule=_rule("all", _I64),
+       shape_rule=_argwhere_shape, reference=_argwhere_ref, decomposition=_argwhere,
+       data_shape=_need_size(lambda xp, x: xp.count_nonzero(x)), category="searching", differentiable=False,
+       samples=_argwhere_samples,
+       errors=[([np.float32(1.0)], {}, ValueError, "0-d input"), ([np.ones(3, np.float32)], {"size": 4}, ValueError,
+                                                                 "size 4 of 3 elements")],
+       doc="argwhere(x, /, *, size=None): (n, x.ndim) int64 indices of the non-zero elements, row-major "
+           "(anydevice.nonzero splits them per dimension); size=None counts them on the device (one read-back)")
+
+
+# unique: sort the flattened x (stable), mark where a run of equal values starts (NaN != NaN: every
+# NaN starts its own), compact the starts; counts are the distances between starts
+def _starts(xp, s):
+    n = s.shape[0]
+    head = xp.full((min(n, 1),), True, dtype=_dt.bool_, device=s.device)
+    if n <= 1:
+        return head
+    return xp.concat([head, xp.not_equal(_slice(xp, s, 0, 1, n), _slice(xp, s, 0, 0, n - 1))], axis=0)
+
+
+def _unique_count(xp, x):
+    s = xp.sort(xp.reshape(x, (-1,)))
+    return xp.sum(xp.astype(_starts(xp, s), _I64))
+
+
+def _unique_parts(xp, x, size):
+    v = xp.reshape(x, (-1,))
+    n = v.shape[0]
+    order = xp.argsort(v)
+    s = xp.take(v, order, axis=0)
+    b = _starts(xp, s)
+    pos = _positions(xp, b, size)
+    values = xp.take(s, pos, axis=0)
+    indices = xp.take(order, pos, axis=0)
+    last = xp.concat([_slice(xp, b, 0, min(1, n), n), xp.full((min(n, 1),), True, dtype=_dt.bool_, device=x.device)], axis=0)
+    counts = xp.add(xp.subtract(_positions(xp, last, size), pos), 1)  # a run ends where the next one starts
+    gid = xp.subtract(xp.cumulative_sum(xp.astype(b, _I64)), 1)
+    inverse = xp.reshape(xp.take(gid, xp.argsort(order), axis=0), x.shape)
+    return values, indices, inverse, counts
+
+
+def _unique_ref(x, size=None):
+    flat = _numeric_ref(x).reshape(-1)
+    row = flat.tolist()
+    order = _row_order(row, False)
+    values, indices, counts, inverse = [], [], [], np.zeros(len(row), np.int64)
+    for i in order:
+        v = row[i]
+        if not values or not (v == values[-1]):  # a NaN never equals the previous value
+            values.append(v)
+            indices.append(i)
+            counts.append(0)
+        counts[-1] += 1
+        inverse[i] = len(values) - 1
+    k = len(values) if size is None else size
+    return (np.asarray(values, flat.dtype)[:k], np.asarray(indices, np.int64)[:k],
+            inverse.reshape(np.shape(x)), np.asarray(counts, np.int64)[:k])
+
+
+def _unique_samples(d, rng):
+    from anydevice.ops.samples import Sample
+
+    def few(*shape):
+        v = rng.integers(0, 4, size=shape)
+        return np.asarray(v > 1 if d.kind == "bool" else v).astype(d.numpy)
+
+    out = [Sample([few(10)], {}, "1-D with repeats"), Sample([few(3, 4)], {}, "(3, 4)"), Sample([few(0, 2)], {}, "empty"),
+           Sample([few()], {}, "0-d"), Sample([few(12)], {"size": 1}, "size=1: the smallest")]
+    if d.kind == "float":
+        out.append(Sample([np.asarray([2.0, np.nan, -0.0, 2.0, np.nan, np.inf, 0.0]).astype(d.numpy)], {},
+                          "NaNs are distinct, -0 == 0"))
+    return out
+
+
+def _unique_shape(name, outputs):
+    def rule(shapes, attrs):
+        n = _prod(shapes[0])
+        _check_size(name, attrs["size"], n)
+        k = (attrs["size"],)
+        shape = {"values": k, "indices": k, "counts": k, "inverse_indices": tuple(shapes[0])}
+        return shape[outputs[0]] if len(outputs) == 1 else tuple(shape[o] for o in outputs)
+
+    return rule
+
+
+def _unique_dtypes(outputs):
+    def rule(ds, attrs):
+        out = tuple(ds[0] if o == "values" else _I64 for o in outputs)
+        return ds[0], out[0] if len(outputs) == 1 else out
+
+    rule.category = "real_or_bool"
+    return rule
+
+
+_PARTS = ("values", "indices", "inverse_indices", "counts")
+_UNIQUE = {"unique_values": ("values",), "unique_counts": ("values", "counts"),
+           "unique_inverse": ("values", "inverse_indices"), "unique_all": _PARTS}
+
+
+def _select(outputs, fn):
+    def pick(*a, **kw):
+        parts = dict(zip(_PARTS, fn(*a, **kw)))
+        return parts[outputs[0]] if len(outputs) == 1 else tuple(parts[o] for o in outputs)
+
+    return pick
+
+
+for _name, _outs in _UNIQUE.items():
+    define(_name, inputs=("x",), attrs={"size": _SIZE}, positional=0, dtype_rule=_unique_dtypes(_outs),
+           shape_rule=_unique_shape(_name, _outs), reference=_select(_outs, _unique_ref),
+           decomposition=_select(_outs, _unique_parts), data_shape=_need_size(_unique_count),
+           outputs=_outs if len(_outs) > 1 else None, category="searching", differentiable=False,
+           samples=_unique_samples,
+           errors=[([np.ones(3, np.float32)], {"size": 4}, ValueError, "size 4 of 3 elements"),
+                   ([np.ones(3, np.float32)], {"size": -1}, ValueError, "negative size")],
+           doc=f"{_name}(x, /, *, size=None): the distinct values of x, sorted (NaNs distinct, last)"
+               + (f", with {', '.join(_outs[1:])}" if len(_outs) > 1 else "")
+               + "; size=None counts them on the device (one read-back)")
+
+
+# boolean masks: x[mask] gathers the kept rows in order; its VJP gathers g back by rank
+def _mask_rule(name):
+    def rule(ds, attrs):
+        if ds[1] is not _dt.bool_:
+            raise TypeError(f"{name}(): mask must be a bool tensor, not {ds[1].name} (integer index arrays: use take)")
+        return (ds[0], ds[1]), ds[0]
+
+    rule.category = "all"
+    return rule
+
+
+def _mask_split(name, x, m):
+    if tuple(x[:len(m)]) != tuple(m):
+        raise IndexError(f"{name}(): a boolean mask of shape {tuple(m)} does not match the indexed tensor's shape "
+                         f"{tuple(x)} (the mask's shape must equal the tensor's first {len(m)} dimension(s))")
+    return _prod(m), tuple(x[len(m):])
+
+
+def _getmask_shape(shapes, attrs):
+    n, rest = _mask_split("getitem_mask", *shapes)
+    _check_size("getitem_mask", attrs["size"], n)
+    return (attrs["size"],) + rest
+
+
+def _getitem_mask(xp, x, mask, size):
+    n, rest = _mask_split("getitem_mask", x.shape, mask.shape)
+    return xp.take(xp.reshape(x, (n,) + rest), _positions(xp, xp.reshape(mask, (-1,)), size), axis=0)
+
+
+def _vjp_getitem_mask(xp, g, i, o, size):
+    x, mask = i
+    n, rest = _mask_split("getitem_mask", x.shape, mask.shape)
+    m = xp.reshape(mask, (-1,))
+    rank = xp.subtract(xp.cumulative_sum(xp.astype(m, _I64)), 1)
+    keep = xp.logical_and(m, xp.less(rank, size))
+    if size == 0:
+        return xp.zeros_like(x), None
+    rank = xp.where(keep, rank, 0)
+    gx = xp.where(xp.reshape(keep, (n,) + (1,) * len(rest)), xp.take(g, rank, axis=0), 0.0 if g.dtype.kind == "float" else 0)
+    return xp.reshape(gx, x.shape), None
+
+
+def _getmask_ref(x, mask, size=None):
+    r = np.asarray(x)[np.asarray(mask, bool)]
+    return r if size is None else r[:size]
+
+
+def _mask_samples(d, rng):
+    from anydevice.ops.samples import Sample, smooth, values
+
+    def m(*shape):
+        return rng.random(shape) < 0.5
+
+    out = [Sample([values(rng, d, (3, 4)), m(3, 4)], {}, "mask of x's shape"),
+           Sample([values(rng, d, (3, 4)), m(3)], {}, "mask of the first axis: rows"),
+           Sample([values(rng, d, (2, 3)), np.zeros((2, 3), bool)], {}, "nothing kept"),
+           Sample([values(rng, d, (0, 2)), m(0)], {}, "empty"),
+           Sample([values(rng, d, (6,)), np.ones(6, bool)], {"size": 3}, "size=3: the first three")]
+    if d in (_dt.float32, _dt.float64):
+        out.append(Sample([smooth(rng, d, (4, 3)), m(4, 3)], {}, "smooth", grad=True))
+    return out
+
+
+define("getitem_mask", inputs=("x", "mask"), attrs={"size": _SIZE}, positional=0, dtype_rule=_mask_rule("getitem_mask"),
+       shape_rule=_getmask_shape, reference=_getmask_ref, decomposition=_getitem_mask, vjp=_vjp_getitem_mask,
+       data_shape=_need_size(lambda xp, x, mask: xp.sum(xp.astype(mask, _I64))), category="searching",
+       samples=_mask_samples,
+       errors=[([np.ones((2, 3), np.float32), np.ones((3, 2), bool)], {}, IndexError, "mask (3, 2) for (2, 3)"),
+               ([np.ones((2, 3), np.float32), np.ones((2, 3), np.int32)], {}, TypeError, "an int32 mask")],
+       doc="getitem_mask(x, mask, /, *, size=None): x[mask] for a bool mask over x's leading dimensions "
+           "(Tensor.__getitem__ uses it); size=None counts the kept elements on the device (one read-back)")
+
+
+def _setmask_rule(ds, attrs):
+    x, m, v = ds
+    if m is not _dt.bool_:
+        raise TypeError(f"setitem_mask(): mask must be a bool tensor, not {m.name}")
+    if _dt.promote(x, v) is not x:
+        raise TypeError(f"setitem_mask(): cannot assign a {v.name} value into a {x.name} tensor without changing its dtype")
+    return (x, m, x), x
+
+
+_setmask_rule.category = "all"
+
+
+def _per_element(v, rest) -> bool:
+    """Whether ``value`` has one row per selected element (its first dimension, more than 1)."""
+    return len(v) == len(rest) + 1 and v[0] != 1
+
+
+def _setmask_shape(shapes, attrs):
+    x, m, v = (tuple(e) for e in shapes)
+    _, rest = _mask_split("setitem_mask", x, m)
+    lead = v[:1] if _per_element(v, rest) else ()
+    if lead and attrs["size"] is not None and lead[0] != attrs["size"]:
+        raise ValueError(f"setitem_mask(): value of shape {v} for {attrs['size']} selected element(s) (allowed: a "
+                         f"value that broadcasts to {(attrs['size'],) + rest})")
+    t = v[1:] if len(v) == len(rest) + 1 else v  # (a first dimension of 1 broadcasts over the elements)
+    try:
+        if len(t) > len(rest) or broadcast_shapes(t, rest, opname="setitem_mask") != rest:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"setitem_mask(): value of shape {v} cannot be broadcast to the selected elements' shape "
+                         f"(n,) + {rest}") from None
+    return x
+
+
+def _setmask_size(xp, inputs, attrs):
+    x, mask, v = inputs
+    _, rest = _mask_split("setitem_mask", x.shape, mask.shape)
+    if attrs["size"] is not None or not _per_element(getattr(v, "shape", ()), rest):
+        return {}
+    return {"size": xp.sum(xp.astype(mask, _I64))}
+
+
+def _rows(xp, x, mask):
+    n, rest = _mask_split("setitem_mask", x.shape, mask.shape)
+    m = xp.reshape(mask, (-1,))
+    return n, rest, m, xp.reshape(m, (n,) + (1,) * len(rest))
+
+
+def _setitem_mask(xp, x, mask, value, size=None):
+    n, rest, m, mb = _rows(xp, x, mask)
+    if _per_element(value.shape, rest):  # value row k goes to the k-th selected element: a gather by rank
+        rank = xp.where(m, xp.subtract(xp.cumulative_sum(xp.astype(m, _I64)), 1), 0)
+        value = xp.take(value, rank, axis=0) if value.shape[0] else xp.zeros_like(xp.reshape(x, (n,) + rest))
+    elif len(value.shape) == len(rest) + 1:
+        value = xp.reshape(value, value.shape[1:])
+    return xp.reshape(xp.where(mb, value, xp.reshape(x, (n,) + rest)), x.shape)
+
+
+def _vjp_setitem_mask(xp, g, i, o, size=None):
+    x, mask, value = i
+    n, rest, m, mb = _rows(xp, x, mask)
+    g2 = xp.reshape(g, (n,) + rest)
+    gx = xp.reshape(xp.where(mb, xp.zeros_like(g2), g2), x.shape)
+    if _per_element(value.shape, rest):
+        gv = xp.getitem_mask(g2, m, size=value.shape[0])
+    else:
+        gv = xp.sum(xp.where(mb, g2, xp.zeros_like(g2)), axis=0, keepdims=len(value.shape) == len(rest) + 1)
+    return gx, None, unbroadcast(xp, gv, value.shape)
+
+
+def _setmask_ref(x, mask, value, size=None):
+    y = np.array(x, copy=True)
+    y[np.asarray(mask, bool)] = value
+    return y
+
+
+def _setmask_samples(d, rng):
+    from anydevice.ops.samples import Sample, smooth, values
+
+    m = np.asarray([[True, False, True, False], [False, False, True, True], [True, True, False, False]])
+    out = [Sample([values(rng, d, (3, 4)), m, values(rng, d, ())], {}, "a 0-d value everywhere"),
+           Sample([values(rng, d, (3, 4)), m, values(rng, d, (6,))], {}, "one value per selected element"),
+           Sample([values(rng, d, (3, 4)), m[:, 0], values(rng, d, (4,))], {}, "rows, one row value for all"),
+           Sample([values(rng, d, (3, 4)), m[:, 0], values(rng, d, (2, 4))], {}, "rows, one value row each"),
+           Sample([values(rng, d, (3, 4)), np.zeros((3, 4), bool), values(rng, d, (0,))], {}, "nothing selected")]
+    if d in (_dt.float32, _dt.float64):
+        out += [Sample([smooth(rng, d, (3, 4)), m, smooth(rng, d, (6,))], {}, "smooth, per element", grad=True),
+                Sample([smooth(rng, d, (3, 4)), m[:, 0], smooth(rng, d, (1, 4))], {}, "smooth, broadcast row", grad=True)]
+    return out
+
+
+define("setitem_mask", inputs=("x", "mask", "value"), attrs={"size": _SIZE}, positional=0, dtype_rule=_setmask_rule,
+       shape_rule=_setmask_shape, reference=_setmask_ref, decomposition=_setitem_mask, vjp=_vjp_setitem_mask,
+       data_shape=_setmask_size, category="searching", samples=_setmask_samples,
+       errors=[([np.ones((2, 3), np.float32), np.ones((3,), bool), np.float32(1)], {}, IndexError, "mask (3,) for (2, 3)"),
+               ([np.ones((2, 3), np.float32), np.ones((2, 3), bool), np.ones(4, np.float32)], {}, ValueError,
+                "4 values for 6 selected elements"),
+               ([np.ones((2, 3), np.float32), np.ones((2, 3), np.int8), np.float32(1)], {}, TypeError, "an int8 mask"),
+               ([np.ones((2, 3), np.float32), np.ones((2, 3), bool), np.float64(1)], {}, TypeError, "float64 into float32")],
+       doc="setitem_mask(x, mask, value, /, *, size=None): a copy of x with x[mask] = value (Tensor.__setitem__ "
+           "uses it); a value with one row per selected element has its count checked (one read-back)")
+
+
+# repeat with a tensor of repeats: output j comes from the element whose cumulative count passes j
+def _repeat_canon(shapes, attrs):
+    x, r = shapes
+    if attrs["axis"] is None and len(x) != 1:
+        x = (_prod(x),)
+    n = x[0 if attrs["axis"] is None else attrs["axis"]]
+    if len(r) > 1 or (len(r) == 1 and r[0] not in (1, n)):
+        raise ValueError(f"repeat_tensor(): repeats must be 0-d or 1-D of length 1 or {n} (the size of the repeated "
+                         f"axis), not of shape {tuple(r)}")
+    if attrs["size"] is not None and attrs["size"] < 0:
+        raise ValueError("repeat_tensor(): repeats must be non-negative (a negative count was found)")
+    return attrs
+
+
+def _repeat_shape(shapes, attrs):
+    x = tuple(shapes[0])
+    if attrs["axis"] is None:
+        return (attrs["size"],)
+    a = attrs["axis"]
+    return x[:a] + (attrs["size"],) + x[a + 1:]
+
+
+def _repeat_counts(xp, x, repeats, axis):
+    n = x.size if axis is None else x.shape[axis]
+    return xp.broadcast_to(xp.reshape(xp.astype(repeats, _I64), (-1,)), (n,))
+
+
+def _repeat_size(xp, inputs, attrs):
+    if attrs["size"] is not None:
+        return {}
+    r = _repeat_counts(xp, *inputs, attrs["axis"])
+    if r.shape[0] == 0:
+        return {"size": xp.sum(r)}
+    return {"size": xp.where(xp.less(xp.min(r), 0), -1, xp.sum(r))}  # -1: a negative count (the canon says so)
+
+
+def _repeat(xp, x, repeats, axis, size):
+    if axis is None:
+        x, axis = xp.reshape(x, (-1,)), 0
+    c = xp.cumulative_sum(_repeat_counts(xp, x, repeats, axis))
+    src = xp.searchsorted(c, _arange(xp, size, x), side="right")
+    return xp.take(x, src, axis=axis)
+
+
+def _repeat_ref(x, repeats, axis=None, size=None):
+    r = np.asarray(repeats).reshape(-1)
+    return np.repeat(np.asarray(x), r if r.size != 1 else int(r[0]), axis=axis)
+
+
+def _repeat_samples(d, rng):
+    from anydevice.ops.samples import Sample, smooth, values
+
+    def reps(n, dt=np.int64):
+        return rng.integers(0, 3, size=n).astype(dt)
+
+    out = [Sample([values(rng, d, (5,)), reps(5)], {}, "1-D"), Sample([values(rng, d, (2, 3)), reps(3)], {"axis": 1}, "axis=1"),
+           Sample([values(rng, d, (2, 3)), reps(6, np.int32)], {}, "axis=None flattens, int32 repeats"),
+           Sample([values(rng, d, (3, 2)), np.asarray([2])], {"axis": 0}, "one count for every row"),
+           Sample([values(rng, d, (3,)), np.zeros(3, np.int64)], {}, "all zero")]
+    if d in (_dt.float32, _dt.float64):
+        out.append(Sample([smooth(rng, d, (3, 2)), np.asarray([1, 3, 2])], {"axis": 0}, "smooth", grad=True))
+    return out
+
+
+define("repeat_tensor", inputs=("x", "repeats"), attrs={"axis": Optional(Axis()), "size": Optional(Int(0))},
+       positional=1, dtype_rule=with_indices("repeat_tensor", "repeats", "all"), canon=_repeat_canon,
+       shape_rule=_repeat_shape, reference=_repeat_ref, decomposition=_repeat, data_shape=_repeat_size,
+       category="searching", samples=_repeat_samples,
+       errors=[([np.ones(3, np.float32), np.asarray([1, -1, 2])], {}, ValueError, "a negative count"),
+               ([np.ones(3, np.float32), np.asarray([1, 2])], {}, ValueError, "2 counts for 3 elements"),
+               ([np.ones(3, np.float32), np.asarray([1.0, 2.0, 1.0], np.float32)], {}, TypeError, "float repeats")],
+       doc="repeat_tensor(x, repeats, axis=None, /, *, size=None): each element repeated repeats[i] times (the "
+           "Tensor case of repeat); size=None sums repeats on the device (one read-back)")
