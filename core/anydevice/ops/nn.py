@@ -1001,6 +1001,8 @@ define("leaky_relu", inputs=("x",), attrs={"negative_slope": Real(0.01)}, dtype_
        vjp=lambda xp, g, i, o, negative_slope=0.01: (xp.where(_positive(xp, i[0]), g, g * negative_slope),),
        decomposition=lambda xp, x, negative_slope=0.01: xp.where(_positive(xp, x), x, x * negative_slope),
        category="nn", samples=_act_samples("leaky_relu", [{"negative_slope": 0.2}]),
+       errors=[([np.ones(3, _f)], {"negative_slope": "0.1"}, TypeError, "a string slope"),
+               ([np.ones(3, _f)], {"negative_slope": math.nan}, ValueError, "a NaN slope")],
        doc="x where x > 0, else negative_slope * x")
 
 
@@ -1020,6 +1022,7 @@ define("elu", inputs=("x",), attrs={"alpha": Real(1.0)}, dtype_rule=same("real_f
        vjp=lambda xp, g, i, o, alpha=1.0: (xp.where(_positive(xp, i[0]), g, g * (o + alpha)),),
        decomposition=lambda xp, x, alpha=1.0: xp.where(_positive(xp, x), x, alpha * xp.expm1(xp.minimum(x, xp.zeros_like(x)))),
        category="nn", samples=_act_samples("elu", [{"alpha": 0.5}]),
+       errors=[([np.ones(3, _f)], {"alpha": math.inf}, ValueError, "an infinite alpha")],
        tolerance={"float32": (1e-5, 1e-6), "float16": (2e-3, 1e-3), "bfloat16": (1e-2, 8e-3)},
        doc="x where x > 0, else alpha * (exp(x) - 1)")
 
