@@ -309,3 +309,29 @@ def test_primitives_only_backend_runs_everything_on_device(primitives_only):
     assert np.array_equal(ad.searchsorted(_on(s, dev), t[1]).numpy(), np.searchsorted(s, np.nan_to_num(x)[1]))
     assert np.array_equal(ad.repeat_tensor(t[0], _on(np.arange(6), dev)).numpy(), np.repeat(np.nan_to_num(x)[0], np.arange(6)))
     assert not [k for k in dispatch.fallback_counts() if k[1].startswith("prim")]
+
+
+@pytest.mark.skipif("opencl" not in DEVICES, reason="no OpenCL device")
+def test_opencl_runs_everything_on_device_with_a_native_argsort():
+    from anydevice.engine import dispatch
+
+    x = _ties(5, 33)
+    paths = []
+    obs = lambda op, dev, path, dt, i, o: paths.append((op.name, path))  # noqa: E731
+    old = dispatch.set_fallback_mode("error")
+    dispatch.add_observer(obs)
+    try:
+        t = _on(x, "opencl")
+        for axis in (0, 1):
+            for desc in (False, True):
+                got = ad.argsort(t, axis=axis, descending=desc).numpy()
+                want = np.argsort(x, axis=axis, kind="stable") if not desc else \
+                    x.shape[axis] - 1 - np.flip(np.argsort(np.flip(x, axis), axis=axis, kind="stable"), axis)
+                assert np.array_equal(got, want)
+        assert np.array_equal(ad.unique_values(t).numpy(), np.unique(x[~np.isnan(x)]).tolist() + [np.nan] * int(np.isnan(x).sum()),
+                              equal_nan=True)
+        assert np.array_equal(t[t > 2].numpy(), x[x > 2])
+    finally:
+        dispatch.remove_observer(obs)
+        dispatch.set_fallback_mode(old)
+    assert ("argsort", "native") in paths and not [p for p in paths if p[1] == "fallback"]

@@ -547,7 +547,14 @@ def kernel_source(spec: tuple) -> str:
         return _arange(n, *spec[1:3])
     if kind == "philox":
         return _philox(n)
+    if kind in SOURCES:
+        return SOURCES[kind](n, *spec[1:])
     raise ValueError(f"unknown kernel spec {spec!r}")
+
+
+#: Source generators of kernel kinds defined in other modules (``kernels_sorting``: ``"argsort"``),
+#: ``kind -> fn(name, *spec[1:])``; such specs compile in programs of their own.
+SOURCES: dict = {}
 
 
 def _reduce_outs(dt: str) -> list:

@@ -36,8 +36,10 @@ def anydevice_create_runtime(device_type):
 @hookimpl
 def anydevice_register_kernels(device_type, runtime, kernels):
     from .kernels import register
+    from .kernels_sorting import register as register_sorting
 
     register(kernels, runtime)
+    register_sorting(kernels, runtime)
 
 
 @hookimpl

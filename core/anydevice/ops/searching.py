@@ -527,8 +527,8 @@ def _starts(xp, s):
 
 
 def _unique_count(xp, x):
-    s = xp.sort(xp.reshape(x, (-1,)))
-    return xp.sum(xp.astype(_starts(xp, s), _I64))
+    v = xp.reshape(x, (-1,))
+    return xp.sum(xp.astype(_starts(xp, xp.take(v, xp.argsort(v), axis=0)), _I64))
 
 
 def _unique_parts(xp, x, size):
