@@ -35,6 +35,31 @@ def _out_len(n, lo, hi, k, s, d):
     return (n + lo + hi - d * (k - 1) - 1) // s + 1
 
 
+# Stride-1 convolutions image by image on a flat frame: the image (C, Hf, Wf), padded, flattened,
+# so that kernel tap (i, j) is a shift of i * d * Wf + j * d along the flat axis. Every output
+# position (h, w) with h < Ho, w < Wo reads inside the image; positions past Wo wrap into the next
+# row and are thrown away. Each tap is then a contiguous slice: the columns of one image are plain
+# copies (small enough to stay in the cache) and the product one matmul per group.
+def _shifts(k, d, wf):
+    return [i * d[0] * wf + j * d[1] for i in range(k[0]) for j in range(k[1])]
+
+
+def _fill_cols(cols, flat, shifts, m):
+    """cols (C, taps, m) as a (C * taps, m) matrix: row (c, t) is flat[c, shift_t:shift_t + m]."""
+    for t, s in enumerate(shifts):
+        cols[:, t] = flat[:, s:s + m]
+    return cols.reshape(-1, m)
+
+
+class _Frame:
+    """A zeroed (C, Hf * Wf + tail) buffer and its (C, Hf, Wf) image view."""
+
+    def __init__(self, xp, c, shape, dtype, tail=0):
+        self.flat = xp.zeros((c, shape[0] * shape[1] + tail), dtype=dtype)
+        self.img = self.flat[:, :shape[0] * shape[1]].reshape(c, shape[0], shape[1])
+        self.size = shape[0] * shape[1]
+
+
 def table(xp) -> dict:
     """op name -> (kernel, "half"): every kernel computes float16/bfloat16 in float32."""
 
@@ -42,6 +67,19 @@ def table(xp) -> dict:
         n, o, (cg, kh, kw) = x.shape[0], w.shape[0], w.shape[1:]
         ho = _out_len(x.shape[2], padding[0], padding[1], kh, stride[0], dilation[0])
         wo = _out_len(x.shape[3], padding[2], padding[3], kw, stride[1], dilation[1])
+        if stride == (1, 1) and min(padding) >= 0:
+            hf, wf = x.shape[2] + padding[0] + padding[1], x.shape[3] + padding[2] + padding[3]
+            shifts, og, h, wd = _shifts((kh, kw), dilation, wf), o // groups, x.shape[2], x.shape[3]
+            fr = _Frame(xp, x.shape[1], (hf, wf), x.dtype, tail=shifts[-1])
+            cols = xp.empty((cg, len(shifts), fr.size), dtype=x.dtype)
+            out = xp.empty((n, o, ho, wo), dtype=x.dtype)
+            for i in range(n):
+                fr.img[:, padding[0]:padding[0] + h, padding[2]:padding[2] + wd] = x[i]
+                for g in range(groups):
+                    y = xp.matmul(w[g * og:(g + 1) * og].reshape(og, -1),
+                                  _fill_cols(cols, fr.flat[g * cg:(g + 1) * cg], shifts, fr.size))
+                    out[i, g * og:(g + 1) * og] = y.reshape(og, hf, wf)[:, :ho, :wo]
+            return out
         v = _windows(xp, _pad(xp, x, padding), (kh, kw), stride, dilation, (ho, wo))
         og = o // groups
         out = xp.empty((n, o, ho * wo), dtype=x.dtype)
@@ -53,6 +91,20 @@ def table(xp) -> dict:
     def conv2d_weight_grad(x, grad, kernel_size, stride, padding, dilation, groups):
         n, o, ho, wo = grad.shape
         cg, og = x.shape[1] // groups, o // groups
+        if stride == (1, 1):
+            hf, wf = x.shape[2] + padding[0] + padding[1], x.shape[3] + padding[2] + padding[3]
+            shifts, h, wd = _shifts(kernel_size, dilation, wf), x.shape[2], x.shape[3]
+            fr = _Frame(xp, x.shape[1], (hf, wf), x.dtype, tail=shifts[-1])
+            gr = _Frame(xp, o, (hf, wf), x.dtype)  # zeros where the frame's positions are not outputs
+            cols = xp.empty((cg, len(shifts), fr.size), dtype=x.dtype)
+            out = xp.zeros((o, cg * len(shifts)), dtype=x.dtype)
+            for i in range(n):
+                fr.img[:, padding[0]:padding[0] + h, padding[2]:padding[2] + wd] = x[i]
+                gr.img[:, :ho, :wo] = grad[i]
+                for g in range(groups):
+                    out[g * og:(g + 1) * og] += xp.matmul(
+                        gr.flat[g * og:(g + 1) * og], _fill_cols(cols, fr.flat[g * cg:(g + 1) * cg], shifts, fr.size).T)
+            return out.reshape((o, cg) + tuple(kernel_size))
         v = _windows(xp, _pad(xp, x, padding), kernel_size, stride, dilation, (ho, wo))
         g2 = grad.reshape(n, o, ho * wo)
         out = xp.empty((o, cg * kernel_size[0] * kernel_size[1]), dtype=x.dtype)
@@ -66,9 +118,24 @@ def table(xp) -> dict:
         (sh, sw), (dh, dw), p = stride, dilation, padding
         ho = (h - 1) * sh - p[0] - p[1] + dh * (kh - 1) + output_padding[0] + 1
         wo = (wd - 1) * sw - p[2] - p[3] + dw * (kw - 1) + output_padding[1] + 1
-        full = xp.zeros((n, og * groups, max((h - 1) * sh + dh * (kh - 1) + 1, p[0] + ho),
-                         max((wd - 1) * sw + dw * (kw - 1) + 1, p[2] + wo)), dtype=x.dtype)
+        hf, wf = max((h - 1) * sh + dh * (kh - 1) + 1, p[0] + ho), max((wd - 1) * sw + dw * (kw - 1) + 1, p[2] + wo)
         cg = cin // groups
+        if stride == (1, 1):  # per image: the columns of every tap, scattered back by contiguous adds
+            shifts = _shifts((kh, kw), dilation, wf)
+            src = _Frame(xp, cin, (hf, wf), x.dtype)
+            dst = _Frame(xp, og * groups, (hf, wf), x.dtype, tail=shifts[-1])
+            out = xp.empty((n, og * groups, ho, wo), dtype=x.dtype)
+            for i in range(n):
+                src.img[:, :h, :wd] = x[i]
+                dst.flat[...] = 0
+                for g in range(groups):
+                    wt, acc = w[g * cg:(g + 1) * cg].reshape(cg, -1).T, dst.flat[g * og:(g + 1) * og]
+                    cols = xp.matmul(wt, src.flat[g * cg:(g + 1) * cg]).reshape(og, len(shifts), src.size)
+                    for t, s in enumerate(shifts):
+                        acc[:, s:s + src.size] += cols[:, t]
+                out[i] = dst.img[:, p[0]:p[0] + ho, p[2]:p[2] + wo]
+            return out
+        full = xp.zeros((n, og * groups, hf, wf), dtype=x.dtype)
         x2 = x.reshape(n, cin, h * wd)
         for g in range(groups):
             cols = xp.matmul(w[g * cg:(g + 1) * cg].reshape(cg, og * kh * kw).T, x2[:, g * cg:(g + 1) * cg])
