@@ -22,7 +22,9 @@ specializing (see :mod:`kernels`). A spec outside these compiles alone.
 Every dtype has a *storage* C type and a *compute* C type. float16 is stored as ``half`` and read
 with ``vload_half``/``vstore_half_rte`` (core OpenCL, no ``cl_khr_fp16`` needed); bfloat16 is
 stored as ``ushort`` and converted bit-wise. Both compute in ``float`` and round once on store,
-which is what numpy and ml_dtypes do. bool is ``uchar`` holding 0 or 1.
+which is what numpy and ml_dtypes do. bool is ``uchar`` holding 0 or 1. complex64 and complex128
+are ``float2`` and ``double2`` (interleaved, as numpy stores them); their maths is in
+:mod:`complex_c`, and complex128 (like float64) exists only with ``cl_khr_fp64``.
 
 Element-wise modes: ``c``/``s`` per input (``"cs"``: input 0 contiguous, input 1 a single
 element; the output contiguous), or ``g<nd>``: every operand strided over ``nd`` dims (the host
@@ -36,11 +38,13 @@ from typing import NamedTuple
 
 from anydevice.ops.random import PHILOX_M, PHILOX_W, ROUNDS
 
+from .complex_c import COMPLEX_EXPR, TO_REAL, complex_helpers
+
 
 class CType(NamedTuple):
     storage: str
     compute: str
-    kind: str  # "b" bool, "i" signed, "u" unsigned, "f" floating
+    kind: str  # "b" bool, "i" signed, "u" unsigned, "f" floating, "c" complex
     bits: int
     lo: str  # identity of max (lowest value)
     hi: str  # identity of min (highest value)
@@ -60,7 +64,14 @@ CTYPES = {
     "bfloat16": CType("ushort", "float", "f", 16, "-INFINITY", "INFINITY"),
     "float32": CType("float", "float", "f", 32, "-INFINITY", "INFINITY"),
     "float64": CType("double", "double", "f", 64, "-INFINITY", "INFINITY"),
+    # interleaved (re, im), bit-compatible with numpy; the maths is in COMPLEX_HELPERS
+    "complex64": CType("float2", "float2", "c", 64, "0", "0"),
+    "complex128": CType("double2", "double2", "c", 128, "0", "0"),
 }
+#: the component type of each complex compute type
+REAL_PART = {"float2": "float", "double2": "double"}
+#: dtypes that exist only on devices with cl_khr_fp64
+FP64_DTYPES = ("float64", "complex128")
 BITS = ("uint8", "uint16", "uint32", "uint64")
 #: dtype of partial results of a two-stage reduction (wider storage for the 16-bit floats)
 PARTIAL = {"float16": "float32", "bfloat16": "float32"}
@@ -88,7 +99,15 @@ def load(dt: str, ptr: str, idx: str) -> str:
 
 
 def store(dt: str, ptr: str, idx: str, v: str, vt: str = "float") -> str:
-    """Store value ``v`` (of C type ``vt`` when it is double) as dtype ``dt``."""
+    """Store value ``v`` (of C type ``vt`` when it is double or complex) as dtype ``dt``."""
+    ct = CTYPES[dt]
+    if ct.kind == "c":  # a real value becomes (v, 0); the other complex width converts per component
+        if vt == ct.compute:
+            return f"{ptr}[{idx}] = ({v});"
+        if vt in REAL_PART:
+            return f"{ptr}[{idx}] = convert_{ct.storage}({v});"
+        r = REAL_PART[ct.compute]
+        return f"{ptr}[{idx}] = ({ct.storage})(({r})({v}), ({r})0);"
     if dt == "float16":
         return f"vstore_half_rte(({'double' if vt == 'double' else 'float'})({v}), {idx}, {ptr});"
     if dt == "bfloat16":
@@ -167,6 +186,10 @@ EXPR: dict[str, dict[str, str]] = {
 #: ops whose result is bool whatever the input dtype
 BOOL_OUT = frozenset({"equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
                       "isnan", "isinf", "isfinite", "signbit"})
+for _op, _by_kind in COMPLEX_EXPR.items():  # complex64/complex128 (kind "c"), and make_complex
+    EXPR.setdefault(_op, {}).update(_by_kind)
+_COMPLEX_OF = {"float": "float2", "double": "double2"}
+_COMPONENT = {"complex64": "float32", "complex128": "float64"}
 
 # Helpers named in EXPR, instantiated per compute type T (Python floor semantics, as numpy).
 HELPERS = {
@@ -221,10 +244,11 @@ HELPERS = {
 def expr_for(op: str, dt: str) -> str | None:
     """The C expression of ``op`` on compute dtype ``dt``, or None if the kind is not covered."""
     ct = CTYPES[dt]
+    base = REAL_PART.get(ct.compute, ct.compute)
     for kinds, e in EXPR[op].items():
         if ct.kind in kinds:
-            return (e.replace("{T}", ct.compute).replace("{W}", str(ct.bits)).replace("{S}", ct.storage)
-                    .replace("{F}", "f" if ct.compute == "float" else ""))
+            return (e.replace("{T}", ct.compute).replace("{W}", str(ct.bits)).replace("{S}", ct.storage).replace("{R}", base)
+                    .replace("{C}", _COMPLEX_OF.get(base, "")).replace("{F}", "f" if base == "float" else ""))
     return None
 
 
@@ -236,7 +260,14 @@ def arity(op: str) -> int:
 def ew_signature(op: str, dt: str) -> tuple:
     """(input dtypes, output dtype) of ``op`` computing in ``dt``, as the op's dtype rule gives."""
     ins = ("bool", dt, dt) if op == "where" else (dt,) * arity(op)
-    return ins, "bool" if op in BOOL_OUT else dt
+    if op == "make_complex":
+        return ins, "complex128" if dt == "float64" else "complex64"
+    return ins, "bool" if op in BOOL_OUT else _COMPONENT.get(dt, dt) if op in TO_REAL else dt
+
+
+def value_type(op: str, ins: tuple, out: str) -> str:
+    """The C type of ``op``'s expression: the input's compute type for a cast, else the result's."""
+    return CTYPES[ins[-1] if op == "copy" else out].compute
 
 
 def _helpers(expr: str, T: str) -> str:
@@ -266,7 +297,7 @@ def _elementwise(name: str, op: str, ins: tuple, out: str, mode: str) -> str:
     Arguments: out, out_o[, out_s*], then per input pk, pk_o[, pk_s*], then [n0..n{nd-1},] n.
     """
     expr = expr_for(op, ins[-1])
-    T = CTYPES[ins[-1]].compute
+    T = value_type(op, ins, out)
     nd = int(mode[1:]) if mode[0] == "g" else 0
     modes = ["g"] * len(ins) if nd else list(mode)
     omode = "g" if nd else "c"
@@ -298,6 +329,8 @@ _COMBINE = {
     "min": ("((a <= b || isnan(a)) ? a : b)", "{hi}"),
 }
 _COMBINE_INT = {"max": "(a >= b ? a : b)", "min": "(a <= b ? a : b)"}
+#: complex sum and prod (max and min do not take complex: their slots of the generic kernel hold a)
+_COMBINE_COMPLEX = {"sum": ("a + b", "0"), "prod": ("cmul_{T}(a, b)", "({T})(1, 0)"), "max": ("a", "0"), "min": ("a", "0")}
 REDUCTIONS = ("sum", "prod", "max", "min", "argmax", "argmin")
 
 
@@ -342,8 +375,11 @@ def _reduction(name: str, kind: str, in_dt: str, out_dt: str, local: int) -> str
     kinds = REDUCTIONS[:4] if generic else (kind,)
     combs, idents = [], []
     for kd in kinds:
-        comb, ident = _COMBINE[kd]
-        combs.append(_COMBINE_INT[kd] if ct.kind != "f" and kd in _COMBINE_INT else comb)
+        if ct.kind == "c":
+            comb, ident = (e.replace("{T}", T) for e in _COMBINE_COMPLEX[kd])
+        else:
+            comb, ident = _COMBINE[kd]
+        combs.append(_COMBINE_INT[kd] if ct.kind not in "fc" and kd in _COMBINE_INT else comb)
         idents.append(ident.format(lo=ct.lo, hi=ct.hi))
     if generic:
         fn = (f"inline {T} comb_{name}(int kind, {T} a, {T} b) {{\n  switch (kind) {{\n"
@@ -359,11 +395,16 @@ def _reduction(name: str, kind: str, in_dt: str, out_dt: str, local: int) -> str
             f"  __local {T} sh[{L}]; sh[l] = acc;\n  barrier(CLK_LOCAL_MEM_FENCE);\n"
             f"  for (int s = {L} / 2; s > 0; s >>= 1) {{\n    if (l < s) sh[l] = comb_{name}({k_}sh[l], sh[l + s]);\n"
             "    barrier(CLK_LOCAL_MEM_FENCE); }\n"
-            f"  if (l == 0) {store(out_dt, 'out', 'out_o + g', 'sh[0]')}\n}}\n")
+            f"  if (l == 0) {store(out_dt, 'out', 'out_o + g', 'sh[0]', T)}\n}}\n")
     return fn + head + body
 
 
 # --- matmul ------------------------------------------------------------------------------------
+def _mul(T: str, a: str, b: str) -> str:
+    """``a * b`` in C type ``T`` (complex: :data:`complex_c.COMPLEX_HELPERS`' cmul)."""
+    return f"cmul_{T}({a}, {b})" if T in REAL_PART else f"{a} * {b}"
+
+
 def _matmul(name: str, dt: str) -> str:
     """``c[z] = a[z] @ b[z]`` (M×K @ K×N), register-blocked: a 16×16 work-group owns a 64×64 block
     of C; work-item (lc, lr) computes rows ``lr + 16i`` and columns ``lc + 16j`` (i, j < 4), so
@@ -381,7 +422,8 @@ def _matmul(name: str, dt: str) -> str:
         for i in R)
     inner = ("      " + " ".join(f"{T} a{i} = As[lr + {16 * i}][kk];" for i in R) + "\n"
              + "      " + " ".join(f"{T} b{j} = Bs[kk][lc + {16 * j}];" for j in R) + "\n"
-             + "\n".join("      " + " ".join(f"c{i}{j} = ({T})(c{i}{j} + a{i} * b{j});" for j in R) for i in R))
+             + "\n".join("      " + " ".join(f"c{i}{j} = ({T})(c{i}{j} + {_mul(T, f'a{i}', f'b{j}')});" for j in R)
+                         for i in R))
     stores = "\n".join(
         f"  if (r0 + lr + {16 * i} < M && c0 + lc + {16 * j} < N) "
         + store(dt, "c", f"cb + (r0 + lr + {16 * i}) * N + c0 + lc + {16 * j}", f"c{i}{j}", T)
@@ -465,7 +507,8 @@ def ewg_ops(ins: tuple, out: str) -> tuple:
     its index here. Unary signatures include ``copy`` (a cast, or a strided copy)."""
     dt = ins[-1]
     ops = [op for op in EXPR if op != "copy" and expr_for(op, dt) is not None and ew_signature(op, dt) == (ins, out)]
-    return tuple((["copy"] if len(ins) == 1 else []) + sorted(ops))
+    cast = len(ins) == 1 and (CTYPES[dt].kind != "c" or CTYPES[out].kind == "c")
+    return tuple((["copy"] if cast else []) + sorted(ops))
 
 
 def _generic_elementwise(name: str, ins: tuple, out: str) -> str:
@@ -474,7 +517,7 @@ def _generic_elementwise(name: str, ins: tuple, out: str) -> str:
 
     Arguments: op, out, out_o, out_s0..3, then per input pk, pk_o, pk_s0..3, then n0..n3, n.
     """
-    T, nd = CTYPES[ins[-1]].compute, MAX_RANK
+    nd = MAX_RANK
     params = ["int op", _params("out", out, "g", nd, False)]
     params += [_params(f"p{k}", dt, "g", nd, True) for k, dt in enumerate(ins)]
     params += [f"long n{d}" for d in range(nd)]
@@ -485,6 +528,7 @@ def _generic_elementwise(name: str, ins: tuple, out: str) -> str:
         body.append(f"  {CTYPES[dt].compute} x{k} = {load(dt, f'p{k}', _index(f'p{k}', 'g', nd))};")
     body.append("  switch (op) {")
     for code, op in enumerate(ewg_ops(ins, out)):
+        T = value_type(op, ins, out)
         body.append(f"  case {code}: {store(out, 'out', _index('out', 'g', nd), expr_for(op, ins[-1]), T)} break;")
     body.append("  }")
     return f"__kernel void {name}(" + ", ".join(params) + ", long n) {\n" + "\n".join(body) + "\n}\n"
@@ -494,7 +538,7 @@ def _matmul_simple(name: str, dt: str) -> str:
     """One work-item per element of C, summing over k in order (as the tiled kernel does);
     groups of 8×8, global size (ceil(N/8)*8, ceil(M/8)*8, batch)."""
     T, S = CTYPES[dt].compute, CTYPES[dt].storage
-    prod = f"{load(dt, 'a', 'ab + k')} * {load(dt, 'b', 'bb + k * N')}"
+    prod = _mul(T, load(dt, "a", "ab + k"), load(dt, "b", "bb + k * N"))
     return (f"__kernel __attribute__((reqd_work_group_size(8, 8, 1)))\n"
             f"void {name}(__global {S}* c, long c_o, __global const {S}* a, long a_o,\n"
             f"       __global const {S}* b, long b_o, long M, long N, long K, long sa, long sb) {{\n"
@@ -557,6 +601,15 @@ def kernel_source(spec: tuple) -> str:
 SOURCES: dict = {}
 
 
+def _cast_targets(dt: str, fp64: bool) -> list:
+    """The dtypes ``dt`` casts to: every one the device has (complex only to complex)."""
+    return [d for d in CTYPES if (fp64 or d not in FP64_DTYPES) and (CTYPES[dt].kind != "c" or CTYPES[d].kind == "c")]
+
+
+def _reduce_kinds(dt: str) -> tuple:
+    return ("sum", "prod") if CTYPES[dt].kind == "c" else REDUCTIONS[:4]
+
+
 def _reduce_outs(dt: str) -> list:
     return sorted({dt, PARTIAL.get(dt, dt)} | ({"float16", "bfloat16"} if dt == "float32" else set()))
 
@@ -567,12 +620,12 @@ def generic_family(dt: str, fp64: bool) -> frozenset:
     every dtype included), the two generic reductions per output dtype, a simple matmul, and
     take (bit types) and arange (their specs end with ``"generic"``). Small and rarely repeated
     launches run these."""
-    targets = [d for d in CTYPES if fp64 or d != "float64"]
     sigs = {ew_signature(op, dt) for op in EXPR if op != "copy" and expr_for(op, dt) is not None}
-    sigs |= {((dt,), d) for d in targets}
+    sigs |= {((dt,), d) for d in _cast_targets(dt, fp64)}
     specs = [("ewg", ins, out) for ins, out in sigs]
     specs += [("red", "any", dt, o, REDUCE_LOCAL[-1]) for o in _reduce_outs(dt)]
-    specs.append(("red", "arg", dt, "int64", REDUCE_LOCAL[-1]))
+    if CTYPES[dt].kind != "c":
+        specs.append(("red", "arg", dt, "int64", REDUCE_LOCAL[-1]))
     if dt != "bool":
         specs.append(("mm", dt, "simple"))
     specs += [s + ("generic",) for s in _take_arange(dt, fp64)]
@@ -581,8 +634,13 @@ def generic_family(dt: str, fp64: bool) -> frozenset:
 
 def _take_arange(dt: str, fp64: bool) -> list:
     vias = ["long"] if CTYPES[dt].kind in "iu" else []
-    specs = [("arange", dt, v) for v in vias + ["float"] + (["double"] if fp64 else [])]
-    return specs + ([("take", dt, i) for i in ("int32", "int64")] if dt in BITS else [])
+    specs = [("arange", dt, v) for v in vias + ["float"] + (["double"] if fp64 else [])] if CTYPES[dt].kind != "c" else []
+    return specs + ([("take", dt, i) for i in ("int32", "int64")] if _is_bits(dt) else [])
+
+
+def _is_bits(dt: str) -> bool:
+    """Whether ``dt`` serves bit copies (complex128 for 16-byte elements: no 128-bit integer)."""
+    return dt in BITS or dt == "complex128"
 
 
 @functools.cache
@@ -595,12 +653,12 @@ def family(dt: str, fp64: bool) -> frozenset:
         if op != "copy" and expr_for(op, dt) is not None:
             ins, out = ew_signature(op, dt)
             specs += [("ew", op, ins, out, m) for m in ew_modes(len(ins))]
-    targets = [d for d in CTYPES if fp64 or d != "float64"]
-    specs += [("ew", "copy", (dt,), d, "c") for d in targets]
-    if dt in BITS:
+    specs += [("ew", "copy", (dt,), d, "c") for d in _cast_targets(dt, fp64)]
+    if _is_bits(dt):
         specs += [("ew", "copy", (dt,), dt, m) for m in ew_modes(1)[1:]]
-    specs += [("red", k, dt, o, L) for k in REDUCTIONS[:4] for o in _reduce_outs(dt) for L in REDUCE_LOCAL]
-    specs += [("red", k, dt, "int64", L) for k in REDUCTIONS[4:] for L in REDUCE_LOCAL]
+    specs += [("red", k, dt, o, L) for k in _reduce_kinds(dt) for o in _reduce_outs(dt) for L in REDUCE_LOCAL]
+    if CTYPES[dt].kind != "c":
+        specs += [("red", k, dt, "int64", L) for k in REDUCTIONS[4:] for L in REDUCE_LOCAL]
     if dt != "bool":
         specs.append(("mm", dt, "tiled"))
     if dt == "float32":  # (double8 trips PoCL's x86 ABI handling without AVX-512)
@@ -614,7 +672,7 @@ def program_of(spec: tuple, fp64: bool) -> tuple | None:
     build, and kernels are code-generated only when first launched), ``("special", dtype)``,
     or None when the spec compiles in a program of its own."""
     dt = home(spec)
-    if dt not in CTYPES or not fp64 and dt == "float64":
+    if dt not in CTYPES or not fp64 and dt in FP64_DTYPES:
         return None
     if is_generic(spec):
         return ("generic",) if spec in generic_family(dt, fp64) else None
@@ -625,7 +683,7 @@ def program_specs(key: tuple, fp64: bool) -> frozenset:
     """The specs of the shared program ``key`` (see :func:`program_of`)."""
     if key[0] == "special":
         return family(key[1], fp64)
-    return frozenset().union(*(generic_family(d, fp64) for d in CTYPES if fp64 or d != "float64"))
+    return frozenset().union(*(generic_family(d, fp64) for d in CTYPES if fp64 or d not in FP64_DTYPES))
 
 
 def program_source(specs, fp64: bool) -> str:
@@ -634,5 +692,6 @@ def program_source(specs, fp64: bool) -> str:
     kernels = [kernel_source(s) for s in specs]
     exprs = " ".join(k for k in kernels)
     helpers = [_helpers(exprs, t) for t in sorted({c.compute for c in CTYPES.values()})]
+    helpers += [complex_helpers(c) for c in REAL_PART if c in exprs and (fp64 or c != "double2")]
     head = ["#pragma OPENCL EXTENSION cl_khr_fp64 : enable"] if fp64 else []
     return "\n".join(head + [_BF16] + [h for h in helpers if h] + kernels)

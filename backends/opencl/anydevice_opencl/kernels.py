@@ -26,7 +26,7 @@ from anydevice.ops.indexing import key_shape
 
 from . import codegen
 
-_BITS = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}  # bit-copy dtype by element size
+_BITS = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64", 16: "complex128"}  # bit-copy dtype by element size
 #: element-wise ops registered natively (``gelu_tanh`` is gelu's ``approximate="tanh"`` form)
 ELEMENTWISE = [op for op in codegen.EXPR if op not in ("copy", "gelu_tanh")]
 LOCAL = 128  # work-group size of element-wise launches (fixed: PoCL compiles per work-group size)
@@ -348,6 +348,9 @@ def matmul(ctx, out, a, b) -> None:
     if cap >= 64 and not _specialize(("mm", dt, fast), m * n * k * _prod(batch)):
         _launch(ctx, ("mm", dt, "simple"), (-(-n // 8) * 8, -(-m // 8) * 8, _prod(batch)), (8, 8, 1), args)
         return
+    if 2128 * a.dtype.itemsize > ctx.runtime.devices[ctx.index].local_mem_size:  # the tiles (complex128: 34 KiB)
+        _launch(ctx, ("mm", dt, "simple"), (-(-n // 8) * 8, -(-m // 8) * 8, _prod(batch)), (8, 8, 1), args)
+        return
     if cap < 256:
         raise RuntimeError(f"matmul on {ctx.device} needs work-groups of 256 (the device allows {cap}); "
                            "run it on the cpu or another OpenCL device")
@@ -484,7 +487,8 @@ def register(kernels, runtime) -> None:
         dts = [d for d in codegen.CTYPES if codegen.expr_for(op, d) is not None]
         kernels.register(op, _elementwise_kernel(op), dtypes=dts, out=False)
     for kind in codegen.REDUCTIONS:
-        kernels.register(kind, _reduce_kernel(kind), dtypes=list(codegen.CTYPES), out=True)
+        dts = [d for d in codegen.CTYPES if codegen.CTYPES[d].kind != "c" or kind in ("sum", "prod")]
+        kernels.register(kind, _reduce_kernel(kind), dtypes=dts, out=True)
     kernels.register("astype", astype, dtypes=list(codegen.CTYPES), out=True)
     kernels.register("matmul", matmul, dtypes=[d for d in codegen.CTYPES if d != "bool"], out=True)
     kernels.register("reshape", reshape, out=False)

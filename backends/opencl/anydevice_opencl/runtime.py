@@ -283,11 +283,10 @@ class OpenClRuntime(Runtime):
         return (free if host is None else max(min(free, host), 0), total)
 
     def dtypes(self, index: int):
-        """bool, integers, float16, bfloat16, float32 everywhere; float64 with cl_khr_fp64; no complex."""
-        out = [d for d in _dt.ALL_DTYPES if d.name in codegen.CTYPES]
-        if not self.has_fp64(index):
-            out.remove(_dt.float64)
-        return out
+        """bool, integers, float16, bfloat16, float32 and complex64 everywhere; float64 and
+        complex128 with cl_khr_fp64."""
+        fp64 = self.has_fp64(index)
+        return [d for d in _dt.ALL_DTYPES if d.name in codegen.CTYPES and (fp64 or d.name not in codegen.FP64_DTYPES)]
 
     def has_fp64(self, index: int) -> bool:
         return "cl_khr_fp64" in self.devices[index].extensions.split()
