@@ -201,3 +201,167 @@ def test_tensor_methods_generated_from_the_registry():
     np.testing.assert_allclose(p.grad.numpy(), 2 * a)
     with pytest.raises(ValueError, match="start_dim 1 comes after end_dim 0"):
         t.flatten(1, 0)
+
+
+# --- layers -----------------------------------------------------------------------------------
+def test_batchnorm_running_statistics_and_eval_match_numpy():
+    rng = np.random.default_rng(0)
+    bn = nn.BatchNorm2d(3, momentum=0.2)
+    with ad.no_grad():
+        bn.weight[...] = ad.asarray([1.0, 2.0, 0.5])
+        bn.bias[...] = ad.asarray([0.0, -1.0, 3.0])
+    rm, rv = np.zeros(3), np.ones(3)
+    for step in range(3):
+        x = rng.standard_normal((4, 3, 2, 5)) * (step + 1) + step
+        y = bn(ad.asarray(x, dtype=ad.float32))
+        mu, var = x.mean(axis=(0, 2, 3)), x.var(axis=(0, 2, 3))
+        want = (x - mu[:, None, None]) / np.sqrt(var[:, None, None] + 1e-5) * np.array([1, 2, 0.5])[:, None, None] \
+            + np.array([0, -1, 3])[:, None, None]
+        np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-4)
+        rm, rv = 0.8 * rm + 0.2 * mu, 0.8 * rv + 0.2 * var * 40 / 39
+    np.testing.assert_allclose(bn.running_mean.numpy(), rm, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(bn.running_var.numpy(), rv, rtol=1e-5)
+    assert bn.num_batches_tracked.item() == 3
+    bn.eval()
+    x = rng.standard_normal((2, 3, 2, 2))
+    want = (x - rm[:, None, None]) / np.sqrt(rv[:, None, None] + 1e-5) * np.array([1, 2, 0.5])[:, None, None] \
+        + np.array([0, -1, 3])[:, None, None]
+    np.testing.assert_allclose(bn(ad.asarray(x, dtype=ad.float32)).numpy(), want, rtol=1e-4, atol=1e-4)
+    assert bn.num_batches_tracked.item() == 3  # eval does not count
+    cum = nn.BatchNorm1d(2, momentum=None)
+    xs = [rng.standard_normal((5, 2)) for _ in range(2)]
+    for x in xs:
+        cum(ad.asarray(x, dtype=ad.float32))
+    np.testing.assert_allclose(cum.running_mean.numpy(), np.mean([x.mean(0) for x in xs], axis=0), rtol=1e-5)
+    with pytest.raises(ValueError, match=r"BatchNorm2d\(\): input must be 4-D"):
+        bn(ad.ones((2, 3)))
+    with pytest.raises(ValueError, match="input has 2 channels .* but num_features=3"):
+        bn(ad.ones((2, 2, 1, 1)))
+
+
+def test_dropout_train_and_eval_and_seeded_masks():
+    drop = nn.Dropout(0.25)
+    x = ad.ones((200, 50))
+    ad.manual_seed(3)
+    y = drop(x).numpy()
+    kept = y != 0
+    assert abs(kept.mean() - 0.75) < 0.02 and np.allclose(y[kept], 1 / 0.75)
+    ad.manual_seed(3)
+    np.testing.assert_array_equal(drop(x).numpy(), y)
+    np.testing.assert_array_equal(drop.eval()(x).numpy(), x.numpy())
+    with pytest.raises(ValueError, match=r"p must be a probability in \[0, 1\], got 1.5"):
+        nn.Dropout(1.5)
+
+
+def test_conv_layers_shapes_defaults_and_errors():
+    ad.manual_seed(0)
+    conv = nn.Conv2d(3, 8, 3, padding="same", groups=1)
+    assert conv.weight.shape == (8, 3, 3, 3) and np.abs(conv.weight.numpy()).max() <= 1 / math.sqrt(27)
+    assert conv(ad.ones((2, 3, 5, 6))).shape == (2, 8, 5, 6)
+    assert nn.Conv2d(4, 4, 3, stride=2, dilation=2, groups=2)(ad.ones((1, 4, 9, 9))).shape == (1, 4, 3, 3)
+    assert nn.Conv1d(2, 5, 3, padding=1)(ad.ones((4, 2, 7))).shape == (4, 5, 7)
+    up = nn.ConvTranspose2d(3, 2, 3, stride=2, padding=1, output_padding=1)
+    assert up.weight.shape == (3, 2, 3, 3) and up(ad.ones((1, 3, 4, 4))).shape == (1, 2, 8, 8)
+    x = np.random.default_rng(1).standard_normal((1, 3, 4, 4)).astype(np.float32)
+    w, b = conv.weight.numpy(), conv.bias.numpy()
+    pad = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    want = np.array([[[(pad[0, :, i:i + 3, j:j + 3] * w[o]).sum() + b[o] for j in range(4)] for i in range(4)]
+                     for o in range(8)])
+    np.testing.assert_allclose(conv(ad.asarray(x)).numpy()[0], want, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match=r"Conv2d\(\): input must be 3-D \(C, \.\.\.\) or 4-D \(N, C, H, W\), got shape \(5, 3\)"):
+        conv(ad.ones((5, 3)))
+    with pytest.raises(ValueError, match="input has 4 channels .* expects in_channels=3"):
+        conv(ad.ones((1, 4, 5, 5)))
+    with pytest.raises(ValueError, match=r"divisible by groups \(2\)"):
+        nn.Conv2d(3, 4, 3, groups=2)
+    with pytest.raises(ValueError, match="padding='same' needs stride 1"):
+        nn.Conv2d(3, 4, 3, stride=2, padding="same")
+    assert nn.MaxPool2d(2)(ad.ones((1, 1, 4, 6))).shape == (1, 1, 2, 3)
+    assert nn.AvgPool2d(3, stride=1, padding=1)(ad.ones((1, 2, 4, 4))).shape == (1, 2, 4, 4)
+    assert nn.AdaptiveAvgPool2d((1, None))(ad.ones((2, 3, 5, 4))).shape == (2, 3, 1, 4)
+
+
+def test_embedding_padding_norms_and_activations():
+    ad.manual_seed(1)
+    emb = nn.Embedding(6, 3, padding_idx=2)
+    assert np.all(emb.weight.numpy()[2] == 0)
+    emb(ad.asarray([[2, 1], [2, 4]])).sum().backward()
+    g = emb.weight.grad.numpy()
+    assert np.all(g[2] == 0) and np.all(g[1] == 1) and np.all(g[0] == 0)
+    x = np.random.default_rng(2).standard_normal((2, 4, 3)).astype(np.float32)
+    ln = nn.LayerNorm(3)
+    want = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(ln(ad.asarray(x)).numpy(), want, rtol=1e-4, atol=1e-5)
+    gn = nn.GroupNorm(2, 4)
+    xg = x.reshape(2, 2, 2, 3)
+    want = ((xg - xg.mean((2, 3), keepdims=True)) / np.sqrt(xg.var((2, 3), keepdims=True) + 1e-5)).reshape(x.shape)
+    np.testing.assert_allclose(gn(ad.asarray(x)).numpy(), want, rtol=1e-4, atol=1e-5)
+    t = ad.asarray(x)
+    for mod, fn in ((nn.LeakyReLU(0.1), lambda v: np.where(v > 0, v, 0.1 * v)), (nn.SiLU(), lambda v: v / (1 + np.exp(-v))),
+                    (nn.Tanh(), np.tanh), (nn.Sigmoid(), lambda v: 1 / (1 + np.exp(-v))), (nn.ReLU(), lambda v: np.maximum(v, 0)),
+                    (nn.Softmax(dim=1), lambda v: np.exp(v) / np.exp(v).sum(1, keepdims=True))):
+        np.testing.assert_allclose(mod(t).numpy(), fn(x.astype(np.float64)), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="num_channels \\(4\\) must be divisible by num_groups \\(3\\)"):
+        nn.GroupNorm(3, 4)
+
+
+def _np_mha(m, q, k, v, mask):
+    e, h = m.embed_dim, m.num_heads
+    w, b = m.in_proj_weight.numpy().astype(np.float64), m.in_proj_bias.numpy().astype(np.float64)
+    qs, ks, vs = (t @ w[i * e:(i + 1) * e].T + b[i * e:(i + 1) * e] for i, t in enumerate((q, k, v)))
+    split = [t.reshape(t.shape[0], t.shape[1], h, e // h).transpose(0, 2, 1, 3) for t in (qs, ks, vs)]
+    s = split[0] @ split[1].transpose(0, 1, 3, 2) / math.sqrt(e // h) + mask
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    o = (p @ split[2]).transpose(0, 2, 1, 3).reshape(q.shape)
+    return o @ m.out_proj.weight.numpy().T + m.out_proj.bias.numpy(), p.mean(1)
+
+
+def test_multihead_attention_matches_numpy_with_causal_and_padding_masks():
+    ad.manual_seed(4)
+    m = nn.MultiheadAttention(8, 2, batch_first=True)
+    with ad.no_grad():
+        m.in_proj_bias[...] = ad.asarray(np.linspace(-1, 1, 24), dtype=ad.float32)
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((2, 4, 8)).astype(np.float32) for _ in range(3))
+    pad = np.array([[False] * 4, [False, False, False, True]])
+    out, w = m(ad.asarray(q), ad.asarray(k), ad.asarray(v), key_padding_mask=ad.asarray(pad), is_causal=True)
+    mask = np.where(np.tri(4, dtype=bool), 0, -np.inf)[None, None] + np.where(pad, -np.inf, 0)[:, None, None, :]
+    want_o, want_w = _np_mha(m, q, k, v, mask)
+    np.testing.assert_allclose(out.numpy(), want_o, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(w.numpy(), want_w, rtol=1e-4, atol=1e-6)
+    m.batch_first = False
+    seq_first, none = m(*(ad.asarray(t.transpose(1, 0, 2)) for t in (q, k, v)), need_weights=False)
+    want_o, _ = _np_mha(m, q, k, v, 0.0)
+    np.testing.assert_allclose(seq_first.numpy().transpose(1, 0, 2), want_o, rtol=1e-4, atol=1e-5)
+    assert none is None
+    with pytest.raises(ValueError, match=r"attn_mask must have shape \(4, 4\) or \(4, 4, 4\), got \(3, 3\)"):
+        m(*(ad.asarray(t.transpose(1, 0, 2)) for t in (q, k, v)), attn_mask=ad.ones((3, 3)))
+
+
+def test_loss_modules_call_their_functional():
+    rng = np.random.default_rng(6)
+    logits = ad.asarray(rng.standard_normal((5, 4)).astype(np.float32))
+    target = ad.asarray([0, 3, 1, 1, 2])
+    F = nn.functional
+    w = ad.asarray([1.0, 2.0, 0.5, 1.0])
+    assert nn.CrossEntropyLoss(weight=w, label_smoothing=0.1)(logits, target).item() == pytest.approx(
+        F.cross_entropy(logits, target, weight=w, label_smoothing=0.1).item())
+    lp = F.log_softmax(logits, dim=1)
+    assert nn.NLLLoss(reduction="sum")(lp, target).item() == pytest.approx(-sum(
+        lp.numpy()[i, t] for i, t in enumerate([0, 3, 1, 1, 2])), rel=1e-5)
+    a, b = ad.asarray(rng.standard_normal(6).astype(np.float32)), ad.asarray(rng.standard_normal(6).astype(np.float32))
+    d = np.abs(a.numpy() - b.numpy())
+    assert nn.L1Loss()(a, b).item() == pytest.approx(d.mean(), rel=1e-5)
+    assert nn.HuberLoss(delta=0.5)(a, b).item() == pytest.approx(
+        np.where(d < 0.5, 0.5 * d * d, 0.5 * (d - 0.25)).mean(), rel=1e-5)
+    assert nn.SmoothL1Loss(beta=0.5)(a, b).item() == pytest.approx(np.where(d < 0.5, d * d, d - 0.25).mean(), rel=1e-5)
+    assert nn.MSELoss()(a, b).item() == pytest.approx((d * d).mean(), rel=1e-5)
+    p = ad.asarray(np.array([0.2, 0.9], np.float32))
+    y = ad.asarray(np.array([0.0, 1.0], np.float32))
+    assert nn.BCELoss()(p, y).item() == pytest.approx(-(np.log(0.8) + np.log(0.9)) / 2, rel=1e-5)
+    assert nn.BCEWithLogitsLoss(pos_weight=ad.asarray([2.0]))(p, y).item() == pytest.approx(
+        F.binary_cross_entropy_with_logits(p, y, pos_weight=ad.asarray([2.0])).item())
+    assert nn.KLDivLoss(reduction="batchmean")(lp, F.softmax(logits, dim=1)).item() == pytest.approx(0.0, abs=1e-6)
+    with pytest.raises(TypeError, match="unexpected argument 'smoothing'"):
+        nn.CrossEntropyLoss(smoothing=0.1)

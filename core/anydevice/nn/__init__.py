@@ -1,6 +1,6 @@
-"""A minimal layer API: :class:`Module`, :class:`Linear`, :class:`ReLU`, :class:`Sequential`, :class:`MSELoss`.
-
-Enough to write and train small models on any device::
+"""Layers, containers, losses and initialization with PyTorch's names (``nn.Layer`` is Paddle's
+name of :class:`Module`); the math is :mod:`anydevice.nn.functional`, so every layer runs, and
+differentiates, on every device::
 
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1)).to("npu:0")
     opt = anydevice.optimizer.Adam(model.parameters(), lr=1e-3)
@@ -11,39 +11,36 @@ Parameters are ordinary tensors with ``requires_grad=True``, held as module attr
 """
 from __future__ import annotations
 
-from anydevice import api as _api
-from anydevice.engine.tensor import Tensor
-from anydevice.nn import init, utils  # noqa: F401 - utils: anydevice.nn.utils.clip_grad_norm_
+from anydevice.nn import functional, init
 from anydevice.nn.container import ModuleDict, ModuleList, Sequential
+from anydevice.nn.functional import mse_loss
+from anydevice.nn.layers.activation import GELU, LeakyReLU, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Tanh
+from anydevice.nn.layers.attention import MultiheadAttention
+from anydevice.nn.layers.conv import Conv1d, Conv2d, ConvTranspose2d
+from anydevice.nn.layers.dropout import Dropout, Embedding
 from anydevice.nn.layers.linear import Bilinear, Flatten, Identity, Linear, Unflatten
+from anydevice.nn.layers.loss import (
+    BCELoss,
+    BCEWithLogitsLoss,
+    CrossEntropyLoss,
+    HuberLoss,
+    KLDivLoss,
+    L1Loss,
+    MSELoss,
+    NLLLoss,
+    SmoothL1Loss,
+)
+from anydevice.nn.layers.norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
+from anydevice.nn.layers.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from anydevice.nn.module import Layer, LoadResult, Module, RemovableHandle, parameter
 
-__all__ = ["Module", "Layer", "LoadResult", "RemovableHandle", "parameter", "init", "Sequential", "ModuleList",
-           "ModuleDict", "Linear", "Bilinear", "Identity", "Flatten", "Unflatten", "ReLU", "MSELoss", "mse_loss"]
-
-
-class ReLU(Module):
-    def forward(self, x: Tensor) -> Tensor:
-        return _api.relu(x)
-
-
-def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
-    """Squared error between ``input`` and ``target``, averaged (``"mean"``), summed or per element (``"none"``)."""
-    if reduction not in ("mean", "sum", "none"):
-        raise ValueError(f"mse_loss(): reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
-    if input.shape != target.shape:
-        raise ValueError(f"mse_loss(): input has shape {input.shape}, target {target.shape}; they must match")
-    d = input - target
-    sq = d * d
-    if reduction == "none":
-        return sq
-    return _api.sum(sq) if reduction == "sum" else _api.mean(sq)
-
-
-class MSELoss(Module):
-    def __init__(self, reduction: str = "mean"):
-        super().__init__()
-        self.reduction = reduction
-
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        return mse_loss(input, target, self.reduction)
+__all__ = [
+    "Module", "Layer", "LoadResult", "RemovableHandle", "parameter", "init", "functional",
+    "Sequential", "ModuleList", "ModuleDict",
+    "Linear", "Bilinear", "Identity", "Flatten", "Unflatten",
+    "Conv1d", "Conv2d", "ConvTranspose2d", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d",
+    "BatchNorm1d", "BatchNorm2d", "LayerNorm", "GroupNorm", "Dropout", "Embedding", "MultiheadAttention",
+    "ReLU", "LeakyReLU", "GELU", "SiLU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax",
+    "CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss",
+    "KLDivLoss", "mse_loss",
+]

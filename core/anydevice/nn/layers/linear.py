@@ -6,10 +6,10 @@ import math
 
 import numpy as np
 
+import anydevice.nn.init as init
 from anydevice import api as _api
 from anydevice import random as _random
 from anydevice.base import dtypes as _dt
-from anydevice.nn import init
 from anydevice.nn.module import Module, parameter
 
 __all__ = ["Linear", "Bilinear", "Identity", "Flatten", "Unflatten", "positive_int", "float_dtype", "new_weight"]
