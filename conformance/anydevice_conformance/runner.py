@@ -217,10 +217,19 @@ def _to_device(sample_inputs, device, requires_grad=False):
 def _call(op, tensors, attrs, device):
     import anydevice as ad
 
-    fn = getattr(ad, op.name)  # the public function, as users call it
+    # the public function, as users call it (an op without one, e.g. a test's: its op function)
+    fn = getattr(getattr(ad, op.namespace) if op.namespace else ad, op.name, None)
+    if fn is None:
+        from anydevice.engine.dispatch import op_function
+
+        fn = op_function(op)
+    posonly = [k for k in list(op.schema)[:op.positions[0]]]  # positional-only attributes go by position
+    last = max((j for j, k in enumerate(posonly) if k in attrs), default=-1)
+    pos = [attrs.get(k, op.attrs[k]) for k in posonly[:last + 1]]
+    attrs = {k: v for k, v in attrs.items() if k not in posonly[:last + 1]}
     if not op.inputs:
-        return fn(**attrs, device=device)
-    return fn(*tensors, **attrs)
+        return fn(*pos, **attrs, device=device)
+    return fn(*tensors, *pos, **attrs)
 
 
 def _buffer_meta(t):
@@ -483,7 +492,7 @@ def _result_dtype(op, es) -> set:
         out = op.dtype_rule([_dtype_of(np.asarray(a)) for a in _flat(es.inputs)], {**op.attrs, **es.attrs})[1]
     except Exception:  # noqa: BLE001 - the dtype rule rejects the inputs: that is the error under test
         return set()
-    return {out.name} if out is not None else set()
+    return {d.name for d in (out if isinstance(out, tuple) else (out,)) if d is not None}  # one per output
 
 
 def run_errors(op, device) -> CaseResult:

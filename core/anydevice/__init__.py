@@ -13,6 +13,7 @@ import math as _math
 import sys as _sys
 
 from anydevice.api import *  # noqa: F401,F403 - the op functions and creation
+from anydevice.api import fft, linalg  # noqa: F401 - the Array API extensions (anydevice.linalg, anydevice.fft)
 from anydevice.api.searching import nonzero, searchsorted, unique_all, unique_counts, unique_inverse  # noqa: F401
 from anydevice.base import dtypes as _dt
 from anydevice.base.dtypes import (
@@ -69,6 +70,7 @@ def _array_namespace(self, api_version=None):
 
 
 Tensor.__array_namespace__ = _array_namespace  # this package is the tensors' Array API namespace
+_sys.modules[f"{__name__}.linalg"], _sys.modules[f"{__name__}.fft"] = linalg, fft  # import anydevice.linalg
 
 _LAZY = {"amp", "data", "device", "nn", "optim", "optimizer", "utils", "profiler", "distributed", "plugins", "cli", "backend",
          "dispatch", "runtime", "engine", "api", "ops", "tools", "check", "bench", "dtypes", "errors", "devices",

@@ -13,6 +13,7 @@ from anydevice.ops.indexing import to_numpy_key
 from anydevice.ops.random import array_kernels as _random_kernels
 
 from . import kernels_elementwise2 as _elementwise2
+from . import kernels_linalg as _linalg
 from . import kernels_nn as _nn
 from . import kernels_sorting as _sorting
 
@@ -322,3 +323,4 @@ def register(kernels) -> None:
     _nn.register(kernels, _WRAP)
     _sorting.register(kernels)
     _elementwise2.register(kernels, _WRAP)
+    _linalg.register(kernels)

@@ -25,6 +25,7 @@ from anydevice.ops.random import array_kernels as _random_kernels
 from anydevice_cpu.kernels_nn import table as _nn_table  # the deep-learning ops, on CuPy
 from anydevice_cpu.kernels_sorting import array_kernels as _sorting_kernels
 from anydevice_cuda import kernels_elementwise2 as _elementwise2  # (absolute: tests load this file alone)
+from anydevice_cuda.kernels_linalg import table as _linalg_table  # the linalg and fft extensions
 
 _BF16 = None
 try:
@@ -492,4 +493,6 @@ def register(kernels) -> None:
     for name, fn in _random_kernels(cp).items():  # exact integer and single-rounding steps: no float32 redo
         kernels.register(name, _launch(name, fn))
     for name, fn in _sorting_kernels(cp).items():  # the cpu backend's array kernels, on CuPy
+        kernels.register(name, _launch(name, fn))
+    for name, fn in _linalg_table(cp).items():
         kernels.register(name, _launch(name, fn))

@@ -374,16 +374,19 @@ class _Kernel:
     def __call__(self, stream):
         view, inputs = self.rt.view, self.inputs
         args = [[view(a) for a in x] if type(x) is list else view(x) for x in inputs]
-        o = view(self.out)
+        multi = type(self.out) is tuple  # a multi-output op: one buffer per output
+        o = tuple(view(b) for b in self.out) if multi else view(self.out)
         r = self.fn(None, *args, **self.attrs) if self.attrs else self.fn(None, *args)
-        if r is not o:
-            if np.shape(r) != o.shape:
-                raise ValueError(f"kernel {self.name} produced shape {np.shape(r)}, expected {o.shape}")
-            np.copyto(o, r, casting="unsafe")
+        for oe, re in zip(o, r) if multi else ((o, r),):
+            if re is not oe:
+                if np.shape(re) != oe.shape:
+                    raise ValueError(f"kernel {self.name} produced shape {np.shape(re)}, expected {oe.shape}")
+                np.copyto(oe, re, casting="unsafe")
         stream.clock += self.cost()
 
     def cost(self) -> float:
-        nbytes, shapes = self.out.nbytes, []
+        outs = self.out if type(self.out) is tuple else (self.out,)
+        nbytes, shapes = sum(b.nbytes for b in outs), []
         for x in self.inputs:
             if type(x) is list:
                 nbytes += sum(a.nbytes for a in x)
@@ -392,7 +395,7 @@ class _Kernel:
                 nbytes += x.nbytes
                 shapes.append(x.shape)
         fl = getattr(self.op, "flops", None)
-        flops = fl(shapes, self.attrs or {}) if fl is not None else self.out.size
+        flops = fl(shapes, self.attrs or {}) if fl is not None else sum(b.size for b in outs)
         return self.rt.device_time(self.name, nbytes, flops)
 
 

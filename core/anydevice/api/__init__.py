@@ -17,7 +17,8 @@ from anydevice.engine.dispatch import op_function
 from anydevice.engine.tensor import Tensor, to_device  # noqa: F401 - re-exported
 from anydevice.ops.registry import all_ops, get_op, normalize_axis
 
-_FUNCTIONS = {op.name: op_function(op) for op in all_ops()}
+# ops of an extension (op.namespace "linalg", "fft") live in anydevice.linalg / anydevice.fft only
+_FUNCTIONS = {op.name: op_function(op) for op in all_ops() if op.namespace is None}
 globals().update(_FUNCTIONS)
 __all__ = sorted(_FUNCTIONS) + [
     "asarray", "to_tensor", "zeros", "ones", "empty", "zeros_like", "ones_like", "empty_like", "full_like",

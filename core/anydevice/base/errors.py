@@ -42,6 +42,11 @@ class PluginError(AnyDeviceError):
     """A backend plugin broke its contract; the message names the plugin and the hook."""
 
 
+class LinAlgError(AnyDeviceError, ValueError):
+    """A linear-algebra op got a matrix it cannot handle: singular (inv, solve) or not positive-definite
+    (cholesky). A ValueError, like numpy's ``LinAlgError``."""
+
+
 class AxisError(ValueError, IndexError):
     """An axis argument outside ``[-ndim, ndim)`` (a 0-d array has no axes). A ValueError and an
     IndexError, like numpy's ``AxisError``, so code written for either keeps working."""

@@ -5,8 +5,10 @@ Importing this package defines every op; :mod:`anydevice.ops.registry` holds the
 from anydevice.ops import (  # noqa: F401
     creation,
     elementwise,
+    fft,
     indexing,
     linalg,
+    linalg_ext,
     manipulation,
     nn,
     random,

@@ -45,14 +45,14 @@ class OpDef:
         "name", "inputs", "variadic", "attrs", "dtype_rule", "shape_rule", "reference", "vjp",
         "decomposition", "category", "doc", "domain", "tolerance", "errors", "dtypes",
         "differentiable", "plans", "fast", "has_device_attr", "samples", "canon", "flops", "check", "dtype_cache",
-        "schema", "valid_cache", "positional", "outputs", "normalize",
+        "schema", "valid_cache", "positional", "outputs", "normalize", "namespace",
         "data_shape",
     )
 
     def __init__(self, name, inputs, attrs, dtype_rule, shape_rule, reference, vjp=None, decomposition=None,
                  category="", doc="", domain=None, tolerance=None, errors=(), dtypes=None,
                  differentiable=True, samples=None, canon=None, flops=None, check=None, positional=None,
-                 outputs=None, normalize=None, data_shape=None):
+                 outputs=None, normalize=None, namespace=None, data_shape=None):
         self.name, self.inputs = name, tuple(inputs)
         # how many attributes may be passed by position (the rest are keyword-only); None: all of them
         self.positional = positional
@@ -64,6 +64,8 @@ class OpDef:
         # data_shape(xp, inputs, attrs) -> {attr: 0-d integer tensor}: sizes that depend on the data,
         # computed on the device; the dispatcher reads them back at once and fills those attributes
         self.data_shape = data_shape
+        # an extension's ops ("linalg", "fft") are functions of anydevice.<namespace>, not of anydevice
+        self.namespace = namespace
         self.schema = {k: v if isinstance(v, Attr) else Attr(v) for k, v in attrs.items()}
         self.attrs = {k: a.default for k, a in self.schema.items()}
         self.valid_cache: dict = {}
@@ -184,12 +186,15 @@ _CAT_TEXT = {
 def _allowed(cat) -> frozenset:
     return _CATS[cat] if isinstance(cat, str) else frozenset(cat)
 
+    "complex_floating": _dt.KINDS["complex floating"],
+    "float32_64": frozenset({_dt.float32, _dt.float64}),
 
 def check_category(opname: str, cat: str, d) -> None:
     if d not in _CATS[cat]:
         raise TypeError(f"{opname}() does not accept dtype {d.name}; it accepts {_CAT_TEXT[cat]}")
 
 
+    "complex_floating": "complex floating-point dtypes", "float32_64": "float32 and float64",
 def same(cat: str = "all"):
     """Promote all inputs together; the result has the promoted dtype."""
 
