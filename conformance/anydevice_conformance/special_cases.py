@@ -11,7 +11,9 @@ that a device follows them.
   its sign when the standard writes one (``+0``, ``-inf``), so an unsigned ``0`` (the standard's
   ``0j``, ``0 + 0j``) and ``±`` (its "sign ... is unspecified") accept either sign; ``or``
   separates allowed alternatives; an expression of the arguments (``abs(b)``, ``+inf*cos(b)``)
-  stands for "the result is ...".
+  stands for "the result is ...". ``+NaN`` / ``-NaN`` are NaN with that sign bit (copysign); a
+  plain ``NaN`` leaves the sign bit open, and the conditions ``NaN+`` / ``NaN-`` select NaN inputs by
+  sign bit (probed with NaN of either sign for the functions that have them).
 
 Functions the standard defines "as if implemented as" another (``cos(x) = cosh(x*1j)``, ``subtract``
 as ``add(x1, -x2)``, ...) take their cases from that function (:data:`AS_IF`), and the symmetries it
@@ -157,6 +159,15 @@ sign       | a=±0 b=±0                 | 0, 0
 sign       | a=NaN b=any               | NaN, NaN
 sign       | a=any b=NaN               | NaN, NaN
 
+signbit    | x=+0                      | False
+signbit    | x=-0                      | True
+signbit    | x=+inf                    | False
+signbit    | x=-inf                    | True
+signbit    | x=finite>0                | False
+signbit    | x=finite<0                | True
+signbit    | x=NaN+                    | False
+signbit    | x=NaN-                    | True
+
 sin tan    | x=NaN                     | NaN
 sin tan    | x=+0                      | +0
 sin tan    | x=-0                      | -0
@@ -207,6 +218,124 @@ tanh       | a=+inf b=+inf             | 1, ±0
 tanh       | a=+inf b=NaN              | 1, ±0
 tanh       | a=NaN b=+0                | NaN, 0
 tanh       | a=NaN b=≠0                | NaN, NaN
+
+acos       | x=NaN                     | NaN
+acos       | x=>1                      | NaN
+acos       | x=<-1                     | NaN
+acos       | x=1                       | +0
+acos       | a=±0 b=+0                 | π/2, -0
+acos       | a=±0 b=NaN                | π/2, NaN
+acos       | a=finite b=+inf           | π/2, -inf
+acos       | a=finite≠0 b=NaN          | NaN, NaN
+acos       | a=-inf b=finite>0         | π, -inf
+acos       | a=+inf b=finite>0         | +0, -inf
+acos       | a=-inf b=+inf             | 3π/4, -inf
+acos       | a=+inf b=+inf             | π/4, -inf
+acos       | a=±inf b=NaN              | NaN, ±inf
+acos       | a=NaN b=finite            | NaN, NaN
+acos       | a=NaN b=+inf              | NaN, -inf
+acos       | a=NaN b=NaN               | NaN, NaN
+
+acosh      | x=NaN                     | NaN
+acosh      | x=<1                      | NaN
+acosh      | x=1                       | +0
+acosh      | x=+inf                    | +inf
+acosh      | a=±0 b=+0                 | +0, π/2
+acosh      | a=finite b=+inf           | +inf, π/2
+acosh      | a=finite≠0 b=NaN          | NaN, NaN
+acosh      | a=+0 b=NaN                | NaN, π/2 or NaN, -π/2
+acosh      | a=-inf b=finite>0         | +inf, π
+acosh      | a=+inf b=finite>0         | +inf, 0
+acosh      | a=-inf b=+inf             | +inf, 3π/4
+acosh      | a=+inf b=+inf             | +inf, π/4
+acosh      | a=±inf b=NaN              | +inf, NaN
+acosh      | a=NaN b=finite            | NaN, NaN
+acosh      | a=NaN b=+inf              | +inf, NaN
+acosh      | a=NaN b=NaN               | NaN, NaN
+
+asin       | x=NaN                     | NaN
+asin       | x=>1                      | NaN
+asin       | x=<-1                     | NaN
+asin       | x=+0                      | +0
+asin       | x=-0                      | -0
+
+asinh      | x=NaN                     | NaN
+asinh      | x=+0                      | +0
+asinh      | x=-0                      | -0
+asinh      | x=+inf                    | +inf
+asinh      | x=-inf                    | -inf
+asinh      | a=+0 b=+0                 | +0, 0
+asinh      | a=finite>0 b=+inf         | +inf, π/2
+asinh      | a=finite b=NaN            | NaN, NaN
+asinh      | a=+inf b=finite>0         | +inf, 0
+asinh      | a=+inf b=+inf             | +inf, π/4
+asinh      | a=NaN b=+0                | NaN, 0
+asinh      | a=NaN b=finite≠0          | NaN, NaN
+asinh      | a=NaN b=+inf              | ±inf, NaN
+asinh      | a=NaN b=NaN               | NaN, NaN
+
+atan       | x=NaN                     | NaN
+atan       | x=+0                      | +0
+atan       | x=-0                      | -0
+atan       | x=+inf                    | π/2
+atan       | x=-inf                    | -π/2
+
+atan2      | x1=NaN x2=any             | NaN
+atan2      | x1=any x2=NaN             | NaN
+atan2      | x1=>0 x2=+0               | π/2
+atan2      | x1=>0 x2=-0               | π/2
+atan2      | x1=+0 x2=>0               | +0
+atan2      | x1=+0 x2=+0               | +0
+atan2      | x1=+0 x2=-0               | π
+atan2      | x1=+0 x2=<0               | π
+atan2      | x1=-0 x2=>0               | -0
+atan2      | x1=-0 x2=+0               | -0
+atan2      | x1=-0 x2=-0               | -π
+atan2      | x1=-0 x2=<0               | -π
+atan2      | x1=<0 x2=+0               | -π/2
+atan2      | x1=<0 x2=-0               | -π/2
+atan2      | x1=finite>0 x2=+inf       | +0
+atan2      | x1=finite>0 x2=-inf       | π
+atan2      | x1=finite<0 x2=+inf       | -0
+atan2      | x1=finite<0 x2=-inf       | -π
+atan2      | x1=+inf x2=finite         | π/2
+atan2      | x1=-inf x2=finite         | -π/2
+atan2      | x1=+inf x2=+inf           | π/4
+atan2      | x1=+inf x2=-inf           | 3π/4
+atan2      | x1=-inf x2=+inf           | -π/4
+atan2      | x1=-inf x2=-inf           | -3π/4
+
+atanh      | x=NaN                     | NaN
+atanh      | x=<-1                     | NaN
+atanh      | x=>1                      | NaN
+atanh      | x=-1                      | -inf
+atanh      | x=1                       | +inf
+atanh      | x=+0                      | +0
+atanh      | x=-0                      | -0
+atanh      | a=+0 b=+0                 | +0, 0
+atanh      | a=+0 b=NaN                | +0, NaN
+atanh      | a=1 b=+0                  | +inf, 0
+atanh      | a=finite>0 b=+inf         | +0, π/2
+atanh      | a=finite≠0 b=NaN          | NaN, NaN
+atanh      | a=+inf b=finite>0         | +0, π/2
+atanh      | a=+inf b=+inf             | +0, π/2
+atanh      | a=+inf b=NaN              | +0, NaN
+atanh      | a=NaN b=finite            | NaN, NaN
+atanh      | a=NaN b=+inf              | ±0, π/2
+atanh      | a=NaN b=NaN               | NaN, NaN
+
+copysign   | x1=!NaN x2=<0             | -abs(x1)
+copysign   | x1=!NaN x2=-0             | -abs(x1)
+copysign   | x1=!NaN x2=+0             | abs(x1)
+copysign   | x1=!NaN x2=>0             | abs(x1)
+copysign   | x1=!NaN x2=NaN-           | -abs(x1)
+copysign   | x1=!NaN x2=NaN+           | abs(x1)
+copysign   | x1=NaN x2=<0              | -NaN
+copysign   | x1=NaN x2=-0              | -NaN
+copysign   | x1=NaN x2=+0              | +NaN
+copysign   | x1=NaN x2=>0              | +NaN
+copysign   | x1=NaN x2=NaN-            | -NaN
+copysign   | x1=NaN x2=NaN+            | +NaN
 
 add        | x1=NaN x2=any             | NaN
 add        | x1=any x2=NaN             | NaN
@@ -277,6 +406,11 @@ logaddexp  | x1=NaN x2=any             | NaN
 logaddexp  | x1=any x2=NaN             | NaN
 logaddexp  | x1=+inf x2=!NaN           | +inf
 logaddexp  | x1=!NaN x2=+inf           | +inf
+
+nextafter  | x1=NaN x2=any             | NaN
+nextafter  | x1=any x2=NaN             | NaN
+nextafter  | x1=-0 x2=+0               | +0
+nextafter  | x1=+0 x2=-0               | -0
 
 maximum minimum | x1=NaN x2=any        | NaN
 maximum minimum | x1=any x2=NaN        | NaN
@@ -356,6 +490,8 @@ AS_IF = {
     "cos": ("cosh", lambda z: (_times_j(z),), lambda r: r, "complex"),
     "sin": ("sinh", lambda z: (_times_j(z),), lambda r: _times_minus_j(r), "complex"),
     "tan": ("tanh", lambda z: (_times_j(z),), lambda r: _times_minus_j(r), "complex"),
+    "asin": ("asinh", lambda z: (_times_j(z),), lambda r: _times_minus_j(r), "complex"),
+    "atan": ("atanh", lambda z: (_times_j(z),), lambda r: _times_minus_j(r), "complex"),
     "log2": ("log", lambda z: (z,), lambda r: _scaled(r, 1 / math.log(2.0)), "complex"),
     "log10": ("log", lambda z: (z,), lambda r: _scaled(r, 1 / math.log(10.0)), "complex"),
 }
@@ -364,6 +500,7 @@ AS_IF = {
 SYMMETRIES = {
     "exp": ("conj",), "expm1": ("conj",), "log": ("conj",), "log1p": ("conj",), "sqrt": ("conj",),
     "cosh": ("conj", "even"), "sinh": ("conj", "odd"), "tanh": ("conj", "odd"),
+    "acos": ("conj",), "acosh": ("conj",), "asinh": ("conj", "odd"), "atanh": ("conj", "odd"),
 }
 
 
@@ -396,6 +533,10 @@ CLASSES = {
     "1": lambda v: v == 1,
     "-1": lambda v: v == -1,
     "<-1": lambda v: v < -1,
+    ">1": lambda v: v > 1,
+    "<1": lambda v: v < 1,
+    "NaN+": lambda v: math.isnan(v) and math.copysign(1.0, v) > 0,  # NaN with the sign bit clear
+    "NaN-": lambda v: math.isnan(v) and math.copysign(1.0, v) < 0,  # NaN with the sign bit set
     "≠1": lambda v: not v == 1,
     "≠0": lambda v: not v == 0,
     "abs>1": lambda v: abs(v) > 1,
@@ -415,15 +556,18 @@ class Expect:
 
     value: object
     signed: bool = True
+    nan_sign: bool = False  # a NaN whose sign bit is checked (``+NaN``, ``-NaN``)
 
     def neg(self):
-        return Expect(-self.value if not isinstance(self.value, bool) else self.value, self.signed)
+        return Expect(-self.value if not isinstance(self.value, bool) else self.value, self.signed, self.nan_sign)
 
     def text(self) -> str:
         v = self.value
         if isinstance(v, bool):
             return str(v)
         s = "NaN" if math.isnan(v) else ("inf" if math.isinf(v) else ("0" if v == 0 else f"{v:.6g}"))
+        if self.nan_sign and math.isnan(v):
+            return ("-" if math.copysign(1.0, v) < 0 else "+") + s
         if (math.isinf(v) or v == 0) and not math.isnan(v):
             s = ("±" if not self.signed else ("-" if math.copysign(1.0, v) < 0 else "+")) + s
         return s
@@ -466,6 +610,8 @@ def _component(src: str, args: dict) -> Expect:
     py = re.sub(r"(\d)π", r"\1*pi", py).replace("π", "pi")
     py = _NUM.sub(lambda m: f"{m.group(1)}0.0", py)
     env = {"nan": math.nan, "inf": math.inf, "pi": math.pi, "cos": math.cos, "sin": math.sin, "abs": abs, **args}
+    if src in ("+NaN", "-NaN"):
+        return Expect(math.copysign(math.nan, -1.0 if src[0] == "-" else 1.0), True, True)
     return Expect(float(eval(py, {"__builtins__": {}}, env)) if py not in ("True", "False") else py == "True", signed)
 
 
@@ -584,13 +730,19 @@ def cases(func: str, complex_: bool) -> tuple:
     if complex_:
         probes = [(complex(a, b),) for a in COMPLEX_PROBES for b in COMPLEX_PROBES]
     else:
-        probes = [(v,) for v in REAL_PROBES] if n == 1 else [(u, v) for u in REAL_PROBES for v in REAL_PROBES]
+        vals = REAL_PROBES + ((-math.nan,) if _signed_nan_rows(func) else ())
+        probes = [(v,) for v in vals] if n == 1 else [(u, v) for u in vals for v in vals]
     out = []
     for p in probes:
         w = _wants(func, p, complex_)
         if w:
             out.append(Case(p, w))
     return tuple(out)
+
+
+def _signed_nan_rows(func: str) -> bool:
+    """Whether a row of ``func`` tells NaN inputs apart by sign bit (then NaN of both signs is probed)."""
+    return any("NaN+" in c or "NaN-" in c for r in ROWS if r.func == func for c in r.conds)
 
 
 def _arity(func: str) -> int:
@@ -608,7 +760,7 @@ def _ok(actual, e: Expect, rtol: float) -> bool:
         return bool(actual) == v
     a = float(actual)
     if math.isnan(v):
-        return math.isnan(a)
+        return math.isnan(a) and (not e.nan_sign or math.copysign(1.0, a) == math.copysign(1.0, v))
     if math.isinf(v) or v == 0:
         same_sign = math.copysign(1.0, a) == math.copysign(1.0, v)
         return abs(a) == abs(v) and (same_sign or not e.signed)
@@ -630,18 +782,22 @@ def _fmt(v) -> str:
         return f"{_fmt(v.real)} + {_fmt(v.imag)}j"
     if isinstance(v, (bool, np.bool_)):
         return str(bool(v))
-    return Expect(float(v)).text() if (math.isinf(v) or v == 0 or math.isnan(v)) else f"{float(v):.6g}"
+    if math.isnan(v):
+        return "-NaN" if math.copysign(1.0, v) < 0 else "NaN"  # (copysign and signbit tell them apart)
+    return Expect(float(v)).text() if (math.isinf(v) or v == 0) else f"{float(v):.6g}"
 
 
 def _alt_text(alts) -> str:
     return " or ".join(", ".join(e.text() for e in alt) for alt in alts)
 
 
-def check(func: str, device, dtype, rtol: float | None = None) -> list:
+def check(func: str, device, dtype, rtol: float | None = None, call=None, label: str | None = None) -> list:
     """Run ``func``'s special cases at ``dtype`` on ``device``; one message per disagreement.
 
     ``rtol`` bounds the error of approximations the standard allows (π/2, cis(b)...); by default
-    the dtype's forward tolerance."""
+    the dtype's forward tolerance. ``call(*tensors)`` computes the results instead of
+    ``anydevice.<func>`` (an operator that the standard maps to ``func``, e.g. ``__add__``), named
+    ``label`` in the messages."""
     import anydevice as ad
     from anydevice import dtypes as _dt
 
@@ -658,8 +814,9 @@ def check(func: str, device, dtype, rtol: float | None = None) -> list:
     tensors = [ad.asarray(np.asarray(col, dtype=d.numpy), device=device) for col in cols]
     device = tensors[0].device
     with np.errstate(all="ignore"):
-        got = np.ascontiguousarray(getattr(ad, func)(*tensors).numpy()).reshape(-1)
-    return [f"{func}({', '.join(_fmt(a) for a in cs[i].args)}) on {device} ({d.name}) = {_fmt(g)}; "
+        r = (call or getattr(ad, func))(*tensors)
+        got = np.ascontiguousarray(r.numpy() if hasattr(r, "numpy") else r).reshape(-1)
+    return [f"{label or func}({', '.join(_fmt(a) for a in cs[i].args)}) on {device} ({d.name}) = {_fmt(g)}; "
             f"the standard says {_alt_text(alts)} ({text})"
             for i, g, text, alts in _disagreements(func, complex_, rtol, got.dtype, got.tobytes())]
 

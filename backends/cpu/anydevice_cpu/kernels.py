@@ -227,7 +227,14 @@ def power(a, b, out=None):
     truncated reciprocal (1 for base 1, 1 or -1 for base -1 by the exponent's parity, else 0)."""
     a, b = np.asarray(a), np.asarray(b)
     if a.dtype.kind != "i" or not (b < 0).any():
-        return np.power(a, b, out=out)
+        r = np.power(a, b, out=out)
+        if b.size == 1 and a.dtype.kind == "f" and b.reshape(-1)[0] == 0.5:
+            # numpy takes x ** 0.5 as sqrt(x): NaN for -inf and -0 for -0, where pow gives +inf and +0
+            r = np.where((a == 0) | (a == -np.inf), np.abs(a), r)
+            if out is not None:
+                out[...] = r
+                return out
+        return r
     neg = b < 0
     r = np.power(a, np.where(neg, 0, b).astype(b.dtype))
     rec = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 != 0, -1, 1), 0)).astype(a.dtype)
