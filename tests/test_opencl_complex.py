@@ -86,6 +86,8 @@ UNARY = {
     "real": np.real, "imag": np.imag, "round": np.round, "isfinite": np.isfinite, "isinf": np.isinf,
     "isnan": np.isnan, "reciprocal": lambda x: np.divide(1, x), "expm1": np.expm1,
     "log1p": lambda x: np.log(1 + x.astype(np.complex128)).astype(x.dtype),
+    "acos": np.arccos, "asin": np.arcsin, "atan": np.arctan, "acosh": np.arccosh, "asinh": np.arcsinh,
+    "atanh": np.arctanh,
     "sign": lambda x: np.where(x == 0, 0, x / np.where(x == 0, 1, np.abs(x))).astype(x.dtype),
 }
 BINARY = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
@@ -156,7 +158,8 @@ def _same_class(got, want, signed=True):
 
 
 @pytest.mark.parametrize("op", ["abs", "exp", "log", "sqrt", "sin", "cos", "sinh", "cosh", "expm1", "log2", "log10",
-                                "isnan", "isinf", "isfinite", "reciprocal", "negative", "conj", "round"])
+                                "isnan", "isinf", "isfinite", "reciprocal", "negative", "conj", "round",
+                                "acos", "asin", "atan", "acosh", "asinh", "atanh"])
 def test_special_values_as_cpu(op, cdt):
     """Every (re, im) pair of inf, NaN, ±0 and ordinary parts gives what the cpu gives (numpy,
     C99 Annex G), the sign of zeros and infinities included."""

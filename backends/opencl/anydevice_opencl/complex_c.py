@@ -8,7 +8,10 @@ by ``hypot`` (no spurious overflow or underflow: numpy's 3e38+3e38j / 3e38+3e38j
 overflow, and the non-finite inputs handled case by case. ``sin`` and ``cos`` are ``sinh`` and
 ``cosh`` of ``z * 1j`` (an exact rotation), as the standard defines them. ``pow`` is numpy's:
 repeated squaring for small integer exponents, else ``exp(y log x)``. Contraction into fused
-multiply-adds is off in these functions, so products round as numpy's do.
+multiply-adds is off in these functions, so products round as written. The inverse functions
+(acos, asin, atan and their hyperbolic twins) use Kahan's formulas through ``csqrt`` (acos, asinh;
+asin, acosh and atan, atanh by exact rotations and conjugations), which keep the branch cuts'
+signed zeros and full accuracy, with the asymptotic ``log(2z)`` and ``1/z`` for huge ``|z|``.
 
 In the helpers ``C`` is the complex type, ``R`` its component type, ``BIG`` the largest
 argument whose ``exp`` is finite (rounded down) and ``QUARTER`` a quarter of the largest value.
@@ -35,6 +38,8 @@ COMPLEX_EXPR: dict[str, dict[str, str]] = {
     "cos": {"c": "ccos_{T}(x0)"},
     "sinh": {"c": "csinh_{T}(x0)"},
     "cosh": {"c": "ccosh_{T}(x0)"},
+    "acos": {"c": "cacos_{T}(x0)"}, "asin": {"c": "casin_{T}(x0)"}, "atan": {"c": "catan_{T}(x0)"},
+    "acosh": {"c": "cacosh_{T}(x0)"}, "asinh": {"c": "casinh_{T}(x0)"}, "atanh": {"c": "catanh_{T}(x0)"},
     "round": {"c": "rint(x0)"},  # each component, half to even
     "real": {"c": "x0.x"},
     "imag": {"c": "x0.y"},
@@ -154,19 +159,76 @@ inline C cpow_C(C x, C y) {
     return y.x < 0 ? cdiv_C((C)(1, 0), r) : r;
   }
   return cexp_C(cmul_C(y, clog_C(x))); }
+inline C casinh_C(C z) {
+  #pragma OPENCL FP_CONTRACT OFF
+  R a = fabs(z.x), b = fabs(z.y), re, im;
+  if (!isfinite(a) || !isfinite(b)) {
+    if (isinf(a)) { re = a; im = isnan(b) ? b : isinf(b) ? K_PI4 : 0; }
+    else if (isinf(b)) { re = b; im = isnan(a) ? a : K_PI2; }
+    else if (isnan(a)) { re = a; im = b == 0 ? b : (R)NAN; }
+    else { re = NAN; im = NAN; }
+  } else if (fmax(a, b) > K_ZLARGE) {  /* log(2z), first quadrant */
+    C l = clog_C((C)(a, b)); re = l.x + K_LN2; im = l.y;
+  } else {  /* -1j asin(1j z), asin(w) by Kahan: atan2(re w, re(s1 s2)) + asinh(im(conj(s1) s2)) j */
+    C s1 = csqrt_C((C)(1 + b, -a)), s2 = csqrt_C((C)(1 - b, a));
+    re = asinh(s1.x * s2.y - s1.y * s2.x);
+    im = -atan2(-b, s1.x * s2.x - s1.y * s2.y);
+  }
+  return (C)(copysign(re, z.x), copysign(im, z.y)); }
+inline C cacos_C(C z) {
+  #pragma OPENCL FP_CONTRACT OFF
+  R a = z.x, b = fabs(z.y), re, im;  /* for b >= 0 (im <= 0); conj(z) gives the conjugate */
+  if (!isfinite(a) || !isfinite(b)) {
+    im = INFINITY;
+    if (isinf(a)) re = isnan(b) ? b : isinf(b) ? (a > 0 ? K_PI4 : K_3PI4) : (a > 0 ? 0 : K_PI);
+    else if (isinf(b)) re = isnan(a) ? a : K_PI2;
+    else { re = isnan(a) || a != 0 ? (R)NAN : K_PI2; im = NAN; }
+  } else if (fmax(fabs(a), b) > K_ZLARGE) {
+    C l = clog_C((C)(a, b)); re = atan2(b, a); im = l.x + K_LN2;
+  } else {  /* Kahan: 2 atan2(re s1, re s2) - asinh(im(conj(s2) s1)) j, s1 = sqrt(1 - z), s2 = sqrt(1 + z) */
+    C s1 = csqrt_C((C)(1 - a, -b)), s2 = csqrt_C((C)(1 + a, b));
+    re = 2 * atan2(s1.x, s2.x);
+    im = -asinh(s2.x * s1.y - s2.y * s1.x);
+  }
+  return (C)(re, copysign(im, -z.y)); }
+inline C cacosh_C(C z) { C w = cacos_C(z); return signbit(w.y) ? (C)(-w.y, w.x) : (C)(w.y, -w.x); }
+inline C catanh_C(C z) {
+  #pragma OPENCL FP_CONTRACT OFF
+  R a = fabs(z.x), b = fabs(z.y), re, im;
+  if (!isfinite(a) || !isfinite(b)) {
+    if (isinf(b)) { re = 0; im = K_PI2; }
+    else if (isinf(a)) { re = 0; im = isnan(b) ? b : K_PI2; }
+    else if (a == 0) { re = a; im = b; }
+    else { re = NAN; im = NAN; }
+  } else if (fmax(a, b) > K_ZLARGE) {  /* 1/z + pi/2 j */
+    re = cdiv_C((C)(1, 0), (C)(a, b)).x; im = K_PI2;
+  } else {
+    re = (R)0.25 * log1p(4 * a / ((1 - a) * (1 - a) + b * b));
+    im = (R)0.5 * atan2(2 * b, (1 - a) * (1 + a) - b * b);
+  }
+  return (C)(copysign(re, z.x), copysign(im, z.y)); }
+inline C casin_C(C z) { C w = casinh_C((C)(-z.y, z.x)); return (C)(w.y, -w.x); }
+inline C catan_C(C z) { C w = catanh_C((C)(-z.y, z.x)); return (C)(w.y, -w.x); }
 """
-#: per complex type: R, BIG, QUARTER, TINY (below it csqrt scales up by 2^(2 SHIFT)), SHIFT
+#: per complex type: R, BIG, QUARTER, TINY (below it csqrt scales up by 2^(2 SHIFT)), SHIFT, and
+#: K_ZLARGE, beyond which the inverse functions take their asymptotic forms (log(2z), 1/z: exact
+#: to 1/|z|^2, below the rounding, and Kahan's products would overflow near the largest values)
 _CONSTANTS = {
-    "float2": ("float", "88.0f", "8.5e37f", "1e-30f", "24"),
-    "double2": ("double", "709.0", "4.4e307", "1e-300", "54"),
+    "float2": ("float", "88.0f", "8.5e37f", "1e-30f", "24", "1e6f"),
+    "double2": ("double", "709.0", "4.4e307", "1e-300", "54", "1e10"),
 }
+_PI = {"K_PI": "3.14159265358979323846", "K_PI2": "1.57079632679489661923", "K_PI4": "0.78539816339744830962",
+       "K_3PI4": "2.35619449019234492885", "K_LN2": "0.69314718055994530942"}
 
 
 def complex_helpers(c: str) -> str:
     """:data:`COMPLEX_HELPERS` for complex type ``c`` (``float2`` or ``double2``)."""
-    r, big, quarter, tiny, shift = _CONSTANTS[c]
+    r, big, quarter, tiny, shift, large = _CONSTANTS[c]
+    f = "f" if r == "float" else ""
     src = COMPLEX_HELPERS
-    for k, v in (("QUARTER", quarter), ("BIG", big), ("TINY", tiny), ("SHIFT", shift)):
-        src = src.replace(k, v)
+    names = {"QUARTER": quarter, "BIG": big, "TINY": tiny, "SHIFT": shift, "K_ZLARGE": large,
+             **{k: f"(R){v}{f}" for k, v in _PI.items()}}
+    for k in sorted(names, key=len, reverse=True):  # K_PI4 before K_PI
+        src = src.replace(k, names[k])
     src = src.replace("_C(", f"_{c}(").replace("(C)", f"({c})").replace("C ", f"{c} ")
     return src.replace("(R)", f"({r})").replace("R ", f"{r} ")
