@@ -143,7 +143,9 @@ inline C ccosh_C(C z) {
   if (b == 0) return isnan(a) ? (C)(a, b) : (C)(fabs(a), copysign((R)0, a) * b);
   if (isinf(a)) return isfinite(b) ? (C)((R)INFINITY * cos(b), a * sin(b)) : (C)(INFINITY, b - b);
   return (C)(NAN, NAN); }
-inline C csin_C(C z) { C w = csinh_C((C)(-z.y, z.x)); return (C)(w.y, -w.x); }
+inline C csin_C(C z) {  /* NaN + inf j for an infinite b and a non-finite a (the sign is open; glibc's) */
+  if (isinf(z.y) && !isfinite(z.x)) return (C)(NAN, INFINITY);
+  C w = csinh_C((C)(-z.y, z.x)); return (C)(w.y, -w.x); }
 inline C ccos_C(C z) { return ccosh_C((C)(-z.y, z.x)); }
 inline C cpow_C(C x, C y) {
   if (y.x == 0 && y.y == 0) return (C)(1, 0);
