@@ -215,3 +215,20 @@ def test_nan_sign_bits_are_read_and_checked():
 
     bad = sc.check("copysign", "cpu", _dt.float32, call=by_comparison)
     assert any("x2=NaN-" in m for m in bad) and any("x2=-0" in m for m in bad), bad
+
+
+#: clip's special cases (its bounds are Python scalars here): (what the standard says, x, min, max);
+#: each result is NaN.
+CLIP_NAN = (("x_i is NaN", math.nan, -1.0, 1.0), ("x_i is NaN, no bounds", math.nan, None, None),
+            ("min_i is NaN", 0.5, math.nan, 1.0), ("min_i is NaN, no max", -3.0, math.nan, None),
+            ("max_i is NaN", 0.5, -1.0, math.nan), ("max_i is NaN, no min", 3.0, None, math.nan))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_clip_special_cases(device):
+    if not _device.is_available(device):
+        pytest.skip(f"{device}: {_device.unavailable_reason(device)}")
+    for d in [d for d in _dtypes("clip", device) if d.kind == "float"]:
+        for text, x, lo, hi in CLIP_NAN:
+            got = ad.clip(ad.asarray(np.asarray([x], np.float64).astype(d.numpy), device=device), min=lo, max=hi)
+            assert np.isnan(np.asarray(got.numpy(), np.float64)).all(), (device, d.name, text, got.numpy())

@@ -134,7 +134,7 @@ EXPR: dict[str, dict[str, str]] = {
     # 0.5 x (1 + tanh(y)) as x / (1 + e^(-2y)): 1 + tanh(y) cancels for negative x, and a tanh that
     # stops one ulp short of -1 turned gelu(-65504) into -1.95e-3 instead of -0
     "gelu_tanh": {"f": "(x0 / (1.0{F} + exp(-1.5957691216057307{F} * (x0 + 0.044715{F} * x0 * x0 * x0))))"},
-    "real": {"f": "x0"},  # (no complex dtypes here: the parts of a real number)
+    "real": {"fiu": "x0"},  # the real part of a real number (complex: COMPLEX_EXPR)
     "imag": {"f": "(({T})0 * (x0 != x0))"},  # +0, NaN included
     "floor": {"f": "floor(x0)", "iu": "x0"},
     "ceil": {"f": "ceil(x0)", "iu": "x0"},

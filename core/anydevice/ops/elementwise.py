@@ -95,7 +95,8 @@ def _make_complex_ref(re, im):
     return out
 
 
-unary("real", np.real, cat="floating", rule=to_real, diff=False, doc="the real component (x itself for real x)")
+unary("real", np.real, cat="numeric", rule=to_real, diff=False,
+      doc="the real component (x itself for real x, integers included, as the standard's 2024.12 edition allows)")
 unary("imag", np.imag, cat="floating", rule=to_real, diff=False, doc="the imaginary component (0 for real x)")
 define("make_complex", inputs=("real", "imag"), dtype_rule=_make_complex_rule, shape_rule=_eshape("make_complex"),
        reference=_make_complex_ref, category="elementwise", differentiable=False,
