@@ -649,7 +649,7 @@ def _diagonal(xp, x, offset=0):
     m, n = x.shape[-2:]
     k = _diag_len(m, n, offset)
     flat = xp.reshape(x, tuple(x.shape[:-2]) + (m * n,))
-    start = offset if offset >= 0 else -offset * n
+    start = 0 if k == 0 else (offset if offset >= 0 else -offset * n)
     idx = xp.arange(start, stop=start + k * (n + 1), step=n + 1, dtype=_dt.int64, device=x.device)
     return xp.take(flat, idx, axis=-1)
 
