@@ -174,27 +174,28 @@ _CATS = {
     "real_floating": _dt.KINDS["real floating"],
     "bool": _dt.KINDS["bool"],
     "real_or_bool": (_dt.KINDS["numeric"] - _dt.KINDS["complex floating"]) | _dt.KINDS["bool"],
+    "complex_floating": _dt.KINDS["complex floating"],
+    "float32_64": frozenset({_dt.float32, _dt.float64}),
 }
 _CAT_TEXT = {
     "all": "any dtype", "numeric": "numeric dtypes", "real": "real-valued numeric dtypes",
     "integral": "integer dtypes", "integral_or_bool": "integer or bool dtypes",
     "floating": "floating-point dtypes", "real_floating": "real floating-point dtypes",
     "bool": "bool", "real_or_bool": "real-valued or bool dtypes",
+    "complex_floating": "complex floating-point dtypes", "float32_64": "float32 and float64",
 }
 
 
 def _allowed(cat) -> frozenset:
     return _CATS[cat] if isinstance(cat, str) else frozenset(cat)
 
-    "complex_floating": _dt.KINDS["complex floating"],
-    "float32_64": frozenset({_dt.float32, _dt.float64}),
 
 def check_category(opname: str, cat: str, d) -> None:
     if d not in _CATS[cat]:
         raise TypeError(f"{opname}() does not accept dtype {d.name}; it accepts {_CAT_TEXT[cat]}")
 
 
-    "complex_floating": "complex floating-point dtypes", "float32_64": "float32 and float64",
+
 def same(cat: str = "all"):
     """Promote all inputs together; the result has the promoted dtype."""
 
