@@ -85,6 +85,12 @@ def _cases(rng):
     yield "conv1d same, dilation", lambda a, c: F.conv1d(a, c, padding="same", dilation=2), [x1, w1], conv1
     yield "conv_transpose2d", lambda a, c, d: F.conv_transpose2d(a, c, d, stride=2, padding=1, output_padding=1), \
         [x, wt, b[:3]], _ref("conv_transpose2d", x, wt, stride=2, padding=1, output_padding=1) + b[:3].reshape(1, -1, 1, 1)
+    yield "conv_transpose1d", lambda a, c: F.conv_transpose1d(a, c, stride=2, padding=1, output_padding=1), \
+        [x1, w1.transpose(1, 0, 2)], _ref("conv_transpose2d", x1[:, :, None], w1.transpose(1, 0, 2)[:, :, None],
+                                          stride=(1, 2), padding=(0, 1), output_padding=(0, 1))[:, :, 0]
+    yield "max_pool1d", lambda a: F.max_pool1d(a, 3, 2, 1, ceil_mode=True), [x1], \
+        _ref("max_pool2d", x1[:, :, None], kernel_size=(1, 3), stride=(1, 2), padding=(0, 1), ceil_mode=True)[:, :, 0]
+    yield "avg_pool1d unbatched", lambda a: F.avg_pool1d(a, 2), [x1[0]], x1[0, :, :8].reshape(3, 4, 2).mean(-1)
     yield "max_pool2d unbatched", lambda a: F.max_pool2d(a, 3, 2, 1), [x[0]], _ref("max_pool2d", x[:1], kernel_size=3, stride=2, padding=1)[0]
     yield "avg_pool2d ceil", lambda a: F.avg_pool2d(a, 2, ceil_mode=True), [x], _ref("avg_pool2d", x, kernel_size=2, ceil_mode=True)
     yield "adaptive_avg_pool2d (None, 2)", lambda a: F.adaptive_avg_pool2d(a, (None, 2)), [x], \

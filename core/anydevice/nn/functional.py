@@ -17,7 +17,8 @@ from anydevice.engine.tensor import Tensor
 
 __all__ = [
     "relu", "gelu", "sigmoid", "tanh", "silu", "leaky_relu", "elu", "softmax", "log_softmax", "linear",
-    "conv1d", "conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d",
+    "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d",
+    "adaptive_avg_pool2d",
     "batch_norm", "group_norm", "layer_norm", "embedding", "dropout", "scaled_dot_product_attention",
     "cross_entropy", "nll_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "mse_loss", "l1_loss",
     "smooth_l1_loss", "huber_loss", "kl_div",
@@ -143,6 +144,20 @@ def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, 
     return _unbatch(_add_bias("conv_transpose2d", y, bias, 4), added)
 
 
+def conv_transpose1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
+                     output_padding=0, groups: int = 1, dilation=1) -> Tensor:
+    """Transposed 1-D convolution: input (N, C, L) or (C, L), weight (C, out / groups, k)."""
+    x, added = _batched("conv_transpose1d", input, 3, "(N, C, L)")
+    weight = _tensor("conv_transpose1d", "weight", weight)
+    if weight.ndim != 3:
+        raise ValueError(f"conv_transpose1d(): weight must be 3-D (in_channels, out_channels / groups, k), got shape "
+                         f"{tuple(weight.shape)}")
+    y = _api.conv_transpose2d(_api.expand_dims(x, axis=2), _api.expand_dims(weight, axis=2), stride=_pair(stride, 1),
+                              padding=_pair(padding, 0), output_padding=_pair(output_padding, 0),
+                              dilation=_pair(dilation, 1), groups=groups)
+    return _unbatch(_add_bias("conv_transpose1d", _api.squeeze(y, axis=2), bias, 3), added)
+
+
 # --- pooling ---------------------------------------------------------------------------------------
 def _pool(name, input, kernel_size, stride, **attrs):
     """The pooling op ``name`` of input (N, C, H, W) or (C, H, W); stride None (or empty): the kernel size."""
@@ -164,6 +179,24 @@ def avg_pool2d(input: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bo
         raise ValueError("avg_pool2d(): divisor_override is not supported; allowed: None")
     return _pool("avg_pool2d", input, kernel_size, stride, padding=padding, ceil_mode=ceil_mode,
                  count_include_pad=count_include_pad)
+
+
+def _pool1d(name, input, kernel_size, stride, padding, **attrs):
+    """A 1-D pooling of input (N, C, L) or (C, L) as the 2-D one over a height of one."""
+    x, added = _batched(name, input, 3, "(N, C, L)")
+    y = _pool(name.replace("1d", "2d"), _api.expand_dims(x, axis=2), _pair(kernel_size, 1),
+              None if stride in (None, [], ()) else _pair(stride, 1), padding=_pair(padding, 0), **attrs)
+    return _unbatch(_api.squeeze(y, axis=2), added)
+
+
+def max_pool1d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False) -> Tensor:
+    return _pool1d("max_pool1d", input, kernel_size, stride, padding, dilation=_pair(dilation, 1), ceil_mode=ceil_mode)
+
+
+def avg_pool1d(input: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
+               count_include_pad: bool = True) -> Tensor:
+    return _pool1d("avg_pool1d", input, kernel_size, stride, padding, ceil_mode=ceil_mode,
+                   count_include_pad=count_include_pad)
 
 
 def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:
