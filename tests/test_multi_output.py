@@ -134,3 +134,27 @@ def test_cpu_fallback_returns_every_output_on_the_device(sincos):
     assert str(s.device) == str(c.device) == "npu:0"
     np.testing.assert_allclose(c.numpy(), np.cos(np.linspace(-2, 2, 6).reshape(2, 3)), rtol=1e-6)
     assert dispatch.fallback_counts()[("test_sincos", "npu:0")] >= 1
+
+
+def test_conformance_checks_every_output_values_and_grads(sincos):
+    """The conformance runner compares each output with the reference, and the gradient of the
+    sum over outputs with finite differences; a kernel wrong in one output fails the values check."""
+    from anydevice.ops.samples import Sample
+    from anydevice_conformance.runner import run_op
+
+    op, tables = sincos
+    op.samples = lambda d, rng: [Sample([np.linspace(-1, 1, 5).astype(d.numpy)], {}, "line", grad=True)]
+    results = {r.check: r for r in run_op(op, "npu:0", "float32")}
+    assert {k: r.status for k, r in results.items()} == {"dtype": "pass", "shape": "pass", "values": "pass", "grad": "pass"}, [r.message for r in results.values()]
+
+    npu = as_device("npu:0")
+
+    def wrong(ctx, out, x):  # right sin, wrong cos
+        npu._backend.kernels.lookup("sin", ad.float32).fn(ctx, out[0], x)
+        npu._backend.kernels.lookup("sin", ad.float32).fn(ctx, out[1], x)
+
+    npu._backend.kernels.register("test_sincos", wrong, out=True)
+    tables.append(npu._backend.kernels)
+    op.plans.clear()
+    results = {r.check: r for r in run_op(op, "npu:0", "float32", checks=("values",))}
+    assert results["values"].status == "fail" and "output cos" in results["values"].message

@@ -150,6 +150,47 @@ class Expected:
     __slots__ = ("dtype", "shape", "attrs", "ref_inputs", "ref", "cattrs")
 
 
+def expected(op, sample):
+    """Dtype, shape and reference values of ``sample`` from the registry alone."""
+    ex = Expected()
+    arrays = _flat(sample.inputs)
+    in_dtypes = [_dtype_of(a) for a in arrays]
+    attrs = {**op.attrs, **sample.attrs}
+    if op.has_device_attr:
+        attrs["device"] = None
+    compute, out = op.dtype_rule(in_dtypes, attrs)
+    if op.has_device_attr and "dtype" in attrs:
+        attrs["dtype"] = out
+    cattrs = op.canon(sample.shapes, attrs) if op.canon is not None else attrs
+    shape = op.shape_rule(sample.shapes, cattrs)
+    shape = tuple(tuple(e) for e in shape) if op.outputs is not None else tuple(shape)
+    ex.dtype, ex.shape, ex.cattrs = out, shape, cattrs
+    per = compute if type(compute) is tuple else (compute,) * len(arrays)
+    ref_in = []
+    for a, c in zip(arrays, per):
+        a = np.asarray(a)
+        if c is not None and c.kind in ("int", "uint", "bool"):
+            a = a.astype(c.numpy)
+        elif a.dtype.kind == "c" or (c is not None and c.kind == "complex"):
+            a = a.astype(np.complex128)
+        elif a.dtype.kind == "f" or a.dtype.name == "bfloat16":
+            a = a.astype(np.float64)
+        ref_in.append(a)
+    ex.ref_inputs = ref_in
+    ex.attrs = cattrs
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = op.reference(*_rebuild(sample.inputs, ref_in), **cattrs, **_out_dtype(op, out))
+        if op.outputs is not None:
+            ex.ref = tuple(np.asarray(r).astype(d.numpy) for r, d in zip(ref, out))
+        else:
+            ref = np.asarray(ref)
+            ex.ref = ref.astype(out.numpy) if out is not None else ref
+    if getattr(op, "data_shape", None) is not None:  # sizes that depend on the data: the reference's
+        ex.shape = tuple(r.shape for r in ex.ref) if op.outputs is not None else ex.ref.shape
+    return ex
+
+
 def _out_dtype(op, out) -> dict:
     """``{"out_dtype": out}`` for a reference whose result depends on the dtype (nextafter: the
     neighbouring value of float32 is not that of float64), which takes it as a keyword."""
@@ -166,39 +207,16 @@ def _out_dtype(op, out) -> dict:
 _WANTS_DTYPE: dict = {}
 
 
-def expected(op, sample):
-    """Dtype, shape and reference values of ``sample`` from the registry alone."""
-    ex = Expected()
-    arrays = _flat(sample.inputs)
-    in_dtypes = [_dtype_of(a) for a in arrays]
-    attrs = {**op.attrs, **sample.attrs}
-    if op.has_device_attr:
-        attrs["device"] = None
-    compute, out = op.dtype_rule(in_dtypes, attrs)
-    if op.has_device_attr and "dtype" in attrs:
-        attrs["dtype"] = out
-    cattrs = op.canon(sample.shapes, attrs) if op.canon is not None else attrs
-    ex.dtype, ex.shape, ex.cattrs = out, tuple(op.shape_rule(sample.shapes, cattrs)), cattrs
-    per = compute if type(compute) is tuple else (compute,) * len(arrays)
-    ref_in = []
-    for a, c in zip(arrays, per):
-        a = np.asarray(a)
-        if c is not None and c.kind in ("int", "uint", "bool"):
-            a = a.astype(c.numpy)
-        elif a.dtype.kind == "c" or (c is not None and c.kind == "complex"):
-            a = a.astype(np.complex128)
-        elif a.dtype.kind == "f" or a.dtype.name == "bfloat16":
-            a = a.astype(np.float64)
-        ref_in.append(a)
-    ex.ref_inputs = ref_in
-    ex.attrs = cattrs
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ref = np.asarray(op.reference(*_rebuild(sample.inputs, ref_in), **cattrs, **_out_dtype(op, out)))
-        ex.ref = ref.astype(out.numpy) if out is not None else ref
-    if getattr(op, "data_shape", None) is not None:  # sizes that depend on the data: the reference's
-        ex.shape = tuple(r.shape for r in ex.ref) if op.outputs is not None else ex.ref.shape
-    return ex
+def _outputs(op, out) -> tuple:
+    """The results of a call as a tuple (one entry per output)."""
+    return tuple(out) if op.outputs is not None else (out,)
+
+
+def _per_output(op, ex) -> list:
+    """(name, dtype, shape, reference) of each output of ``op`` for ``ex``."""
+    if op.outputs is None:
+        return [("", ex.dtype, ex.shape, ex.ref)]
+    return list(zip(op.outputs, ex.dtype, ex.shape, ex.ref))
 
 
 # --- running on a device ----------------------------------------------------------------------
@@ -252,38 +270,38 @@ def _buffer_meta(t):
 
 def _unsupported(sample, ex, device_dtypes):
     ds = {_dtype_of(np.asarray(a)) for a in _flat(sample.inputs)}
-    if ex.dtype is not None:
-        ds.add(ex.dtype)
+    for d in (ex.dtype if isinstance(ex.dtype, tuple) else (ex.dtype,)):
+        if d is not None:
+            ds.add(d)
     missing = sorted(d.name for d in ds if d not in device_dtypes)
     return missing
 
 
 def _forward_sample(op, device, sample, ex, recorder, tol):
-    """Per-check SampleResults of one sample, and the path taken."""
+    """Per-check SampleResults of one sample, and the path taken (a multi-output op: every output
+    is checked; the first failing output gives the message)."""
     shapes = sample.shapes
-    res = {}
     try:
         tensors = _to_device(sample.inputs, device)
         recorder.events.clear()
-        out = _call(op, tensors, sample.attrs, device)
+        outs = _outputs(op, _call(op, tensors, sample.attrs, device))
         path = recorder.path_of(op.name, str(device))
-        bdtype, bshape = _buffer_meta(out)
+        metas = [_buffer_meta(o) for o in outs]
     except Exception as e:  # noqa: BLE001 - a device failure is a result, not a crash
         msg = f"raised {_short(e)}"
         return {c: SampleResult(sample.desc, shapes, FAIL, msg) for c in FORWARD_CHECKS}, None
-
-    if out.dtype is not ex.dtype or bdtype is not ex.dtype:
-        got = bdtype.name if bdtype is not ex.dtype else out.dtype.name
-        where = "the kernel's buffer" if bdtype is not ex.dtype else "the tensor"
-        res["dtype"] = SampleResult(sample.desc, shapes, FAIL,
-                                    f"result dtype is {got} ({where}), expected {ex.dtype.name}")
-    else:
-        res["dtype"] = SampleResult(sample.desc, shapes, PASS)
-    if tuple(out.shape) != ex.shape or bshape != ex.shape:
-        got = bshape if bshape != ex.shape else tuple(out.shape)
-        res["shape"] = SampleResult(sample.desc, shapes, FAIL, f"result shape is {got}, expected {ex.shape}")
-    else:
-        res["shape"] = SampleResult(sample.desc, shapes, PASS)
+    res = {"dtype": SampleResult(sample.desc, shapes, PASS), "shape": SampleResult(sample.desc, shapes, PASS)}
+    per = _per_output(op, ex)
+    for out, (bdtype, bshape), (name, xdtype, xshape, _) in zip(outs, metas, per):
+        label = f"output {name}: " if name else ""
+        if res["dtype"].status == PASS and (out.dtype is not xdtype or bdtype is not xdtype):
+            got = bdtype.name if bdtype is not xdtype else out.dtype.name
+            where = "the kernel's buffer" if bdtype is not xdtype else "the tensor"
+            res["dtype"] = SampleResult(sample.desc, shapes, FAIL,
+                                        f"{label}result dtype is {got} ({where}), expected {xdtype.name}")
+        if res["shape"].status == PASS and (tuple(out.shape) != xshape or bshape != xshape):
+            got = bshape if bshape != xshape else tuple(out.shape)
+            res["shape"] = SampleResult(sample.desc, shapes, FAIL, f"{label}result shape is {got}, expected {xshape}")
 
     blocked = [c for c in ("dtype", "shape") if res[c].status == FAIL]
     if blocked:
@@ -291,21 +309,30 @@ def _forward_sample(op, device, sample, ex, recorder, tol):
                                      f"not compared: the result {' and '.join(blocked)} is wrong")
         return res, path
     try:
-        actual = out.numpy()
+        actuals = [o.numpy() for o in outs]
     except Exception as e:  # noqa: BLE001
         res["values"] = SampleResult(sample.desc, shapes, FAIL, f"reading the result raised {_short(e)}")
         return res, path
-    ok, mabs, mrel, nbad, first = _tol.compare(actual, ex.ref, tol, _tol.signed_zeros(op, ex.dtype))
-    if ok:
-        res["values"] = SampleResult(sample.desc, shapes, PASS, "", mabs, mrel)
-    else:
-        a, e = np.asarray(actual)[first], np.asarray(ex.ref)[first]
-        how = "exactly" if tol is None else f"within rtol={tol[0]:g}, atol={tol[1]:g}"
-        if tol is not None and e == 0 and np.signbit(a) != np.signbit(e):
-            how += " (the sign of zero differs)"
-        msg = (f"{nbad} of {actual.size} values differ {how}; first at index {first}: got {a!r}, expected {e!r} "
-               f"(max abs err {mabs:.3g}, max rel err {mrel:.3g})")
-        res["values"] = SampleResult(sample.desc, shapes, FAIL, msg, mabs, mrel)
+    refs = [r for _, _, _, r in per]
+    if op.normalize is not None:  # results defined up to a choice (eigenvector signs): compare canonical forms
+        actuals, refs = list(op.normalize(tuple(actuals))), list(op.normalize(tuple(refs)))
+    worst_abs = worst_rel = None
+    for actual, ref, (name, xdtype, _, _) in zip(actuals, refs, per):
+        t = None if xdtype is not None and xdtype.kind in ("bool", "int", "uint") else tol
+        ok, mabs, mrel, nbad, first = _tol.compare(actual, ref, t, _tol.signed_zeros(op, xdtype))
+        if mabs is not None:
+            worst_abs, worst_rel = max(worst_abs or 0.0, mabs), max(worst_rel or 0.0, mrel)
+        if not ok:
+            a, e = np.asarray(actual)[first], np.asarray(ref)[first]
+            how = "exactly" if t is None else f"within rtol={t[0]:g}, atol={t[1]:g}"
+            if t is not None and e == 0 and np.signbit(a) != np.signbit(e):
+                how += " (the sign of zero differs)"
+            label = f"output {name}: " if name else ""
+            msg = (f"{label}{nbad} of {actual.size} values differ {how}; first at index {first}: got {a!r}, "
+                   f"expected {e!r} (max abs err {mabs:.3g}, max rel err {mrel:.3g})")
+            res["values"] = SampleResult(sample.desc, shapes, FAIL, msg, mabs, mrel)
+            return res, path
+    res["values"] = SampleResult(sample.desc, shapes, PASS, "", worst_abs, worst_rel)
     return res, path
 
 
@@ -315,8 +342,10 @@ def _fd_grads(op, sample, ex, g64, diff_idx):
 
     def f(arrs):
         with np.errstate(all="ignore"):
-            r = np.asarray(op.reference(*_rebuild(sample.inputs, arrs), **ex.cattrs), dtype=np.float64)
-        return float(np.sum(g64 * r))
+            r = op.reference(*_rebuild(sample.inputs, arrs), **ex.cattrs)
+        if op.outputs is None:
+            return float(np.sum(g64 * np.asarray(r, dtype=np.float64)))
+        return float(sum(np.sum(gk * np.asarray(rk, dtype=np.float64)) for gk, rk in zip(g64, r) if gk is not None))
 
     grads = []
     for k in diff_idx:
@@ -345,13 +374,25 @@ def _grad_sample(op, device, sample, ex, rng, dtype_name):
         with ad.enable_grad():
             tensors = _to_device(sample.inputs, device, requires_grad=True)
             out = _call(op, tensors, sample.attrs, device)
-            g = rng.uniform(-1.0, 1.0, size=out.shape).astype(out.dtype.numpy)
-            out.backward(ad.asarray(g, dtype=out.dtype, device=device))
+            if op.outputs is None:
+                g = rng.uniform(-1.0, 1.0, size=out.shape).astype(out.dtype.numpy)
+                out.backward(ad.asarray(g, dtype=out.dtype, device=device))
+                g64 = g.astype(np.float64)
+            else:  # one random cotangent per floating output: backward of sum_k <g_k, out_k>
+                gs = [rng.uniform(-1.0, 1.0, size=o.shape).astype(o.dtype.numpy)
+                      if o.dtype.kind in ("float", "complex") else None for o in out]
+                total = None
+                for o, gk in zip(out, gs):
+                    if gk is not None:
+                        term = ad.sum(o * ad.asarray(gk, dtype=o.dtype, device=device))
+                        total = term if total is None else total + term
+                total.backward()
+                g64 = [None if gk is None else gk.astype(np.float64) for gk in gs]
         flat_t = _flat(tensors)
         got = [flat_t[k].grad.numpy() if flat_t[k].grad is not None else np.zeros(flat_t[k].shape) for k in diff_idx]
     except Exception as e:  # noqa: BLE001
         return SampleResult(sample.desc, shapes, FAIL, f"forward/backward raised {_short(e)}")
-    want = _fd_grads(op, sample, ex, g.astype(np.float64), diff_idx)
+    want = _fd_grads(op, sample, ex, g64, diff_idx)
     tol = _tol.GRAD[dtype_name]
     worst_abs = worst_rel = 0.0
     for k, a, e in zip(diff_idx, got, want):
@@ -454,8 +495,11 @@ def run_op(op, device, dtype, checks=None) -> list:
                     if c != "grad" or s.grad:
                         per_check[c].append(r)
                 continue
-            tol = _tol.for_op(op, d.name, ex.dtype.name if ex.dtype is not None else None)
-            if ex.dtype is not None and ex.dtype.kind in ("bool", "int", "uint"):
+            rd = ex.dtype
+            if isinstance(rd, tuple):  # a multi-output op: the tolerance of its first floating output
+                rd = next((e for e in rd if e.kind in ("float", "complex")), rd[0])
+            tol = _tol.for_op(op, d.name, rd.name if rd is not None else None)
+            if rd is not None and rd.kind in ("bool", "int", "uint"):
                 tol = None
             if any(c in per_check for c in FORWARD_CHECKS):
                 res, path = _forward_sample(op, dev, s, ex, recorder, tol)
@@ -479,7 +523,8 @@ def _raised(op, device, es):
     tensors = _to_device(es.inputs, device)
     try:
         out = _call(op, tensors, es.attrs, device)
-        out.numpy()  # asynchronous devices report errors at synchronization
+        for o in _outputs(op, out):
+            o.numpy()  # asynchronous devices report errors at synchronization
     except Exception as e:  # noqa: BLE001
         return e
     return None
