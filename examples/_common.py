@@ -1,0 +1,63 @@
+"""What the examples share: command-line arguments, the digits data, the training loop and its report."""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+import anydevice as ad
+from anydevice.data import DataLoader, TensorDataset
+
+
+def arguments(description: str, steps: int, argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--device", default="cpu", help="where to train: cpu, npu:0, xpu:0, dcu:0, opencl:0, cuda:0, ...")
+    p.add_argument("--steps", type=int, default=steps, help=f"optimizer steps (default {steps})")
+    p.add_argument("--seed", type=int, default=0, help="seed of the weights, the dropout masks and the batch order")
+    return p.parse_args(argv)
+
+
+def digits(seed: int):
+    """sklearn's 8x8 digits scaled to [0, 1]: (x_train, y_train, x_test, y_test), a 80/20 split drawn from ``seed``."""
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x, y = (d.data / 16.0).astype(np.float32), d.target.astype(np.int64)
+    order = np.random.default_rng(seed).permutation(len(x))
+    cut = int(0.8 * len(x))
+    return x[order[:cut]], y[order[:cut]], x[order[cut:]], y[order[cut:]]
+
+
+def batches(x, y, batch_size: int, seed: int, device):
+    """Endless shuffled batches on ``device`` (a new order every epoch, from ``seed``)."""
+    loader = DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=True, drop_last=True,
+                        generator=ad.Generator().manual_seed(seed), device=device)
+    while True:
+        yield from loader
+
+
+def train(model, opt, loss_of, data, steps: int, log=print) -> list:
+    """``steps`` optimizer steps of ``loss_of(model, batch)`` over ``data``; returns the loss of every step."""
+    model.train()
+    losses, every, t0 = [], max(1, steps // 10), time.perf_counter()
+    for step in range(1, steps + 1):
+        loss = loss_of(model, next(data))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.item()))
+        if step % every == 0 or step == steps:
+            log(f"step {step:5d}  loss {np.mean(losses[-every:]):.4f}  ({time.perf_counter() - t0:.1f} s)")
+    return losses
+
+
+def accuracy(model, x, y, device, batch_size: int = 512) -> float:
+    """Fraction of ``argmax(model(x), axis=-1) == y`` (every position of a sequence counts), in eval mode, without recording a graph."""
+    model.eval()
+    right = 0
+    with ad.no_grad():
+        for i in range(0, len(x), batch_size):
+            pred = model(ad.asarray(x[i:i + batch_size], device=device)).argmax(axis=-1).numpy()
+            right += int((pred == y[i:i + batch_size]).sum())
+    return right / y.size

@@ -1,0 +1,42 @@
+"""A LeNet-style network with BatchNorm and Dropout on sklearn's 8x8 digits:
+``python examples/cnn_digits.py --device opencl:0``.
+
+conv 3x3 (1->16) - BatchNorm - ReLU - max pool 2 - conv 3x3 (16->32) - BatchNorm - ReLU - max pool 2
+- Flatten - Linear(128, 64) - ReLU - Dropout(0.25) - Linear(64, 10). Prints the loss curve and the
+test accuracy (>= 97 % with the default steps)."""
+from __future__ import annotations
+
+import anydevice as ad
+from anydevice import nn, optim
+
+try:
+    from examples import _common
+except ImportError:  # run as a script from any directory
+    import _common
+
+
+def model(device) -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(128, 64), nn.ReLU(), nn.Dropout(0.25), nn.Linear(64, 10),
+    ).to(device)
+
+
+def run(device: str = "cpu", steps: int = 400, seed: int = 0, log=print) -> dict:
+    ad.manual_seed(seed)
+    x, y, xt, yt = _common.digits(seed)
+    x, xt = x.reshape(-1, 1, 8, 8), xt.reshape(-1, 1, 8, 8)
+    net = model(device)
+    ad.manual_seed(seed + 1)  # dropout draws from the device's default generator: restart them all alike
+    opt = optim.Adam(net.parameters(), lr=2e-3)
+    ce = nn.CrossEntropyLoss()
+    losses = _common.train(net, opt, lambda m, b: ce(m(b[0]), b[1]), _common.batches(x, y, 64, seed, device), steps, log)
+    acc = _common.accuracy(net, xt, yt, device)
+    log(f"test accuracy {acc:.2%} on {device}")
+    return {"losses": losses, "accuracy": acc}
+
+
+if __name__ == "__main__":
+    a = _common.arguments(__doc__.splitlines()[0], 400)
+    run(a.device, a.steps, a.seed)
