@@ -396,6 +396,18 @@ def _cases():
     yield "ifftshift", [_ANY], {"axes": 0}, ("float32",)
     yield "fftfreq", [], {"n": 5, "d": 0.5}, ("float32",)
     yield "rfftfreq", [], {"n": 6}, ("float64",)
+    yield "argsort", [_ANY], {"axis": 0, "descending": True}, fl
+    yield "sort", [_ANY], {"axis": -1}, fl
+    yield "take_along_axis", [_ANY, np.array([[0, -1], [2, 1], [3, 3]])], {"axis": 1}, fl
+    yield "cumulative_sum", [_ANY], {"axis": 1, "include_initial": True}, fl
+    yield "cumulative_prod", [_POS], {"axis": 0}, fl
+    yield "searchsorted", [np.sort(_ANY[0]), _POS], {"side": "right"}, fl
+    ints = np.round(_ANY)
+    yield from ((op, [ints], {}, fl) for op in ("count_nonzero", "argwhere", "unique_values", "unique_counts",
+                                                "unique_inverse", "unique_all"))
+    yield "getitem_mask", [_ANY, _ANY > 0], {}, fl
+    yield "setitem_mask", [_ANY, _ANY > 0, _POS[0, 0]], {}, fl
+    yield "repeat_tensor", [_ANY, np.array([2, 0, 1])], {"axis": 0}, fl
 
 
 def _tensor(a, dtype, device):
@@ -417,8 +429,10 @@ def _public(op, kw):
 
 
 def _flat(out):
-    """A multi-output op's results as one 1-D tensor (their values in order)."""
-    return ad.concat([ad.reshape(e, (-1,)) for e in out]) if isinstance(out, tuple) else out
+    """A multi-output op's results as one 1-D tensor (their values in order, in the first one's dtype)."""
+    if not isinstance(out, tuple):
+        return out
+    return ad.concat([ad.reshape(ad.astype(e, out[0].dtype), (-1,)) for e in out])
 
 
 def _run(op, inputs, attrs, dtype, device):
