@@ -7,6 +7,7 @@ import time
 import numpy as np
 
 import anydevice as ad
+from anydevice import nn, optim
 from anydevice.data import DataLoader, TensorDataset
 
 
@@ -61,3 +62,17 @@ def accuracy(model, x, y, device, batch_size: int = 512) -> float:
             pred = model(ad.asarray(x[i:i + batch_size], device=device)).argmax(axis=-1).numpy()
             right += int((pred == y[i:i + batch_size]).sum())
     return right / y.size
+
+
+def classify_digits(model, device, steps: int, seed: int, lr: float, shape=(64,), log=print) -> dict:
+    """Train ``model`` (built from ``seed``, on ``device``) on the digits with Adam and cross entropy;
+    returns the loss of every step and the test accuracy."""
+    x, y, xt, yt = digits(seed)
+    x, xt = x.reshape((-1,) + shape), xt.reshape((-1,) + shape)
+    ad.manual_seed(seed + 1)  # dropout draws from the device's default generator: restart them all alike
+    opt = optim.Adam(model.parameters(), lr=lr)
+    ce = nn.CrossEntropyLoss()
+    losses = train(model, opt, lambda m, b: ce(m(b[0]), b[1]), batches(x, y, 64, seed, device), steps, log)
+    acc = accuracy(model, xt, yt, device)
+    log(f"test accuracy {acc:.2%} on {device}")
+    return {"losses": losses, "accuracy": acc}

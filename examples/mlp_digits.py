@@ -5,7 +5,7 @@ Prints the loss curve and the test accuracy; the same seed gives the same curve 
 from __future__ import annotations
 
 import anydevice as ad
-from anydevice import nn, optim
+from anydevice import nn
 
 try:
     from examples import _common
@@ -19,15 +19,7 @@ def model(device) -> nn.Module:
 
 def run(device: str = "cpu", steps: int = 300, seed: int = 0, log=print) -> dict:
     ad.manual_seed(seed)
-    x, y, xt, yt = _common.digits(seed)
-    net = model(device)
-    ad.manual_seed(seed + 1)  # dropout draws from the device's default generator: restart them all alike
-    opt = optim.Adam(net.parameters(), lr=3e-3)
-    ce = nn.CrossEntropyLoss()
-    losses = _common.train(net, opt, lambda m, b: ce(m(b[0]), b[1]), _common.batches(x, y, 64, seed, device), steps, log)
-    acc = _common.accuracy(net, xt, yt, device)
-    log(f"test accuracy {acc:.2%} on {device}")
-    return {"losses": losses, "accuracy": acc}
+    return _common.classify_digits(model(device), device, steps, seed, 3e-3, log=log)
 
 
 if __name__ == "__main__":

@@ -365,3 +365,16 @@ def test_loss_modules_call_their_functional():
     assert nn.KLDivLoss(reduction="batchmean")(lp, F.softmax(logits, dim=1)).item() == pytest.approx(0.0, abs=1e-6)
     with pytest.raises(TypeError, match="unexpected argument 'smoothing'"):
         nn.CrossEntropyLoss(smoothing=0.1)
+
+
+def test_parameter_alias_and_register_parameter():
+    m = nn.Module()
+    m.w = nn.Parameter(ad.ones((2,), device="npu:0"))
+    assert m.w.requires_grad and m.w.device == "npu:0" and [n for n, _ in m.named_parameters()] == ["w"]
+    m.register_parameter("frozen", nn.Parameter(ad.zeros(1), requires_grad=False).requires_grad_(True))
+    m.frozen.requires_grad_(False)
+    assert [n for n, _ in m.named_parameters()] == ["w", "frozen"] and list(m.state_dict()) == ["w", "frozen"]
+    with pytest.raises(TypeError, match="must be a Tensor that requires grad"):
+        m.register_parameter("x", ad.zeros(1))
+    with pytest.raises(KeyError, match="already a parameter"):
+        m.register_buffer("w", ad.zeros(1))

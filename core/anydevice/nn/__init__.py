@@ -32,10 +32,10 @@ from anydevice.nn.layers.loss import (
 )
 from anydevice.nn.layers.norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
 from anydevice.nn.layers.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
-from anydevice.nn.module import Layer, LoadResult, Module, RemovableHandle, parameter
+from anydevice.nn.module import Layer, LoadResult, Module, Parameter, RemovableHandle, parameter
 
 __all__ = [
-    "Module", "Layer", "LoadResult", "RemovableHandle", "parameter", "init", "functional",
+    "Module", "Layer", "LoadResult", "RemovableHandle", "parameter", "Parameter", "init", "functional",
     "Sequential", "ModuleList", "ModuleDict",
     "Linear", "Bilinear", "Identity", "Flatten", "Unflatten",
     "Conv1d", "Conv2d", "ConvTranspose2d", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d",

@@ -20,7 +20,7 @@ from anydevice.base import dtypes as _dt
 from anydevice.engine.graph import no_grad
 from anydevice.engine.tensor import Tensor
 
-__all__ = ["Module", "LoadResult", "RemovableHandle", "parameter"]
+__all__ = ["Module", "Layer", "LoadResult", "RemovableHandle", "parameter", "Parameter"]
 
 
 def parameter(data, dtype=None, device=None) -> Tensor:
@@ -29,6 +29,14 @@ def parameter(data, dtype=None, device=None) -> Tensor:
     if isinstance(data, Tensor):
         t = t.detach()
     return t.requires_grad_(True)
+
+
+def Parameter(data, requires_grad: bool = True) -> Tensor:  # noqa: N802 - PyTorch's spelling
+    """``nn.Parameter(tensor)`` as in PyTorch: a leaf copy of ``data`` (on its device) that requires
+    gradients; assigned as a Module attribute it is a parameter (a plain Tensor, not a subclass).
+    With ``requires_grad=False`` it is a plain tensor: register it with :meth:`Module.register_parameter`."""
+    t = parameter(data, device=data.device if isinstance(data, Tensor) else None)
+    return t if requires_grad else t.requires_grad_(False)
 
 
 class LoadResult(NamedTuple):
