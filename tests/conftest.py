@@ -7,8 +7,12 @@ so tests that never touch a simulated device pay nothing but a dictionary lookup
 from __future__ import annotations
 
 import gc
+import os
 
 import pytest
+
+# SciPy and scikit-learn read this when first imported: their Array API dispatch (tests of real clients)
+os.environ.setdefault("SCIPY_ARRAY_API", "1")
 
 from anydevice.api import device as _device_api
 from anydevice.base.errors import DeviceError
