@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from anydevice.ops.linalg_ext import canonical_eigh, canonical_qr, canonical_svd
+from anydevice.ops.linalg_ext import canonical_eigh, canonical_qr, canonical_svd, power_by_squaring
 
 _LOW = ("float16", "bfloat16")
 
@@ -22,9 +22,11 @@ def _kernel(fn):
             xs = [np.asarray(x, np.float32) for x in xs]
         with np.errstate(all="ignore"):
             r = fn(*xs, **kw)
-        if isinstance(r, tuple):
-            return tuple(np.asarray(e).astype(dt) if dt.name in _LOW else np.asarray(e) for e in r)
-        return np.asarray(r).astype(dt) if dt.name in _LOW else np.asarray(r)
+        def back(e):  # (matrix_rank's counts stay int64)
+            e = np.asarray(e)
+            return e.astype(dt) if dt.name in _LOW and e.dtype.kind == "f" else e
+
+        return tuple(back(e) for e in r) if isinstance(r, tuple) else back(r)
 
     return k
 
@@ -79,6 +81,75 @@ TABLE = {
 }
 
 
+def composites(cp) -> dict:
+    """Kernels of the ops that also decompose, for the array module ``cp`` (numpy, CuPy): one library call (or a
+    few) instead of many small ops."""
+
+    def vector_norm(x, axis, keepdims, ord):
+        a = cp.abs(x)
+        if ord == float("inf"):
+            return a.max(axis=axis, keepdims=keepdims)
+        if ord == -float("inf"):
+            return a.min(axis=axis, keepdims=keepdims)
+        if ord == 0:
+            return (a != 0).sum(axis=axis, keepdims=keepdims).astype(a.dtype)
+        if ord == 1 or a.size == 0:
+            return a.sum(axis=axis, keepdims=keepdims)
+        m = a.max(axis=axis, keepdims=True)
+        m = cp.where(m == 0, 1, m)
+        r = m * ((a / m) ** ord).sum(axis=axis, keepdims=True) ** (1.0 / ord)
+        return r if keepdims else (r.reshape(()) if axis is None else r.squeeze(axis=axis))
+
+    def matrix_norm(x, keepdims, ord):
+        if ord in ("nuc", 2, -2):
+            sv = cp.linalg.svd(x, compute_uv=False)
+            r = sv.sum(-1) if ord == "nuc" else (sv.max(-1) if ord == 2 else sv.min(-1))
+        elif ord == "fro":
+            r = vector_norm(x, (-2, -1), False, 2)
+        else:
+            col = cp.abs(x).sum(axis=-2 if abs(ord) == 1 else -1)
+            r = col.max(-1) if ord > 0 else col.min(-1)
+        return r[..., None, None] if keepdims else r
+
+    def rtol_of(x, rtol):
+        return max(x.shape[-2:]) * float(np.finfo(np.finfo(x.dtype).dtype).eps) if rtol is None else rtol
+
+    def matrix_rank(x, rtol):
+        if min(x.shape[-2:]) == 0:
+            return cp.zeros(x.shape[:-2], np.int64)
+        sv = cp.linalg.svd(x, compute_uv=False)
+        return (sv > rtol_of(x, rtol) * sv.max(-1, keepdims=True)).sum(-1).astype(np.int64)
+
+    def pinv(x, rtol):
+        if min(x.shape[-2:]) == 0:
+            return cp.zeros(x.shape[:-2] + x.shape[-2:][::-1], x.dtype)
+        u, sv, vh = cp.linalg.svd(x, full_matrices=False)
+        keep = sv > rtol_of(x, rtol) * sv.max(-1, keepdims=True)
+        inv = cp.where(keep, 1 / cp.where(keep, sv, 1), 0).astype(x.dtype)
+        return cp.matmul(cp.conj(cp.swapaxes(vh, -1, -2)) * inv[..., None, :], cp.conj(cp.swapaxes(u, -1, -2)))
+
+    def matrix_power(x, n):
+        if n == 0:
+            return cp.broadcast_to(cp.eye(x.shape[-1], dtype=x.dtype), x.shape).copy()
+        return power_by_squaring(cp.matmul, cp.linalg.inv(x), -n) if n < 0 else power_by_squaring(cp.matmul, x, n)
+
+    return {
+        "vector_norm": vector_norm, "matrix_norm": matrix_norm, "matrix_rank": matrix_rank, "pinv": pinv,
+        "matrix_power": matrix_power, "outer": cp.outer, "cross": lambda a, b, axis: cp.cross(a, b, axis=axis),
+        "trace": lambda x, offset, dtype=None: cp.trace(x, offset=offset, axis1=-2, axis2=-1, dtype=x.dtype),
+        "diagonal": lambda x, offset: cp.diagonal(x, offset=offset, axis1=-2, axis2=-1).copy(),
+        "fftshift": lambda x, axes: cp.fft.fftshift(x, axes=axes),
+        "ifftshift": lambda x, axes: cp.fft.ifftshift(x, axes=axes),
+    }
+
+
+def frequencies(cp) -> dict:
+    """fftfreq and rfftfreq for the array module ``cp`` (computed in float64, rounded once)."""
+    return {n: (lambda n, d, dtype, _f=getattr(cp.fft, n): _f(n, d=d).astype(dtype.numpy)) for n in ("fftfreq", "rfftfreq")}
+
+
 def register(kernels) -> None:
-    for name, fn in TABLE.items():
+    for name, fn in {**TABLE, **composites(np)}.items():
         kernels.register(name, _kernel(fn))
+    for name, fn in frequencies(np).items():
+        kernels.register(name, lambda ctx, _f=fn, **kw: _f(**kw))

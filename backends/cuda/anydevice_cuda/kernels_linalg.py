@@ -12,7 +12,8 @@ import contextlib
 
 import numpy as np
 
-from anydevice.ops.linalg_ext import canonical_eigh, canonical_qr, canonical_svd, power_by_squaring
+from anydevice.ops.linalg_ext import canonical_eigh, canonical_qr, canonical_svd
+from anydevice_cpu.kernels_linalg import composites, frequencies  # array-module generic: the cpu's, on CuPy
 
 _FFT = ("fft", "ifft", "rfft", "irfft", "hfft", "ihfft", "fftn", "ifftn", "rfftn", "irfftn")
 def table(cp) -> dict:
@@ -72,73 +73,10 @@ def table(cp) -> dict:
         "svdvals": lambda x: cp.linalg.svd(x, compute_uv=False),
         "qr": lambda x, mode: canonical_qr(cp, *cp.linalg.qr(x, mode=mode)),
         **{n: fft(n) for n in _FFT},
-        **_composites(cp),
+        **composites(cp),
     }
     out = {name: _in_float32(cp, fn) for name, fn in t.items()}
-    for name in ("fftfreq", "rfftfreq"):
-        out[name] = lambda n, d, dtype, _f=getattr(cp.fft, name): _f(n, d=d).astype(dtype.numpy)
-    return out
-
-
-def _composites(cp) -> dict:
-    """Kernels of ops that also decompose: one CuPy call (or a few) instead of many small launches."""
-
-    def vector_norm(x, axis, keepdims, ord):
-        a = cp.abs(x)
-        if ord == float("inf"):
-            return a.max(axis=axis, keepdims=keepdims)
-        if ord == -float("inf"):
-            return a.min(axis=axis, keepdims=keepdims)
-        if ord == 0:
-            return (a != 0).sum(axis=axis, keepdims=keepdims).astype(a.dtype)
-        if ord == 1 or a.size == 0:
-            return a.sum(axis=axis, keepdims=keepdims)
-        m = a.max(axis=axis, keepdims=True)
-        m = cp.where(m == 0, 1, m)
-        r = m * ((a / m) ** ord).sum(axis=axis, keepdims=True) ** (1.0 / ord)
-        return r if keepdims else (r.reshape(()) if axis is None else r.squeeze(axis=axis))
-
-    def matrix_norm(x, keepdims, ord):
-        if ord in ("nuc", 2, -2):
-            sv = cp.linalg.svd(x, compute_uv=False)
-            r = sv.sum(-1) if ord == "nuc" else (sv.max(-1) if ord == 2 else sv.min(-1))
-        elif ord == "fro":
-            r = vector_norm(x, (-2, -1), False, 2)
-        else:
-            col = cp.abs(x).sum(axis=-2 if abs(ord) == 1 else -1)
-            r = col.max(-1) if ord > 0 else col.min(-1)
-        return r[..., None, None] if keepdims else r
-
-    def rtol_of(x, rtol):
-        return max(x.shape[-2:]) * float(np.finfo(np.finfo(x.dtype).dtype).eps) if rtol is None else rtol
-
-    def matrix_rank(x, rtol):
-        if min(x.shape[-2:]) == 0:
-            return cp.zeros(x.shape[:-2], np.int64)
-        sv = cp.linalg.svd(x, compute_uv=False)
-        return (sv > rtol_of(x, rtol) * sv.max(-1, keepdims=True)).sum(-1).astype(np.int64)
-
-    def pinv(x, rtol):
-        if min(x.shape[-2:]) == 0:
-            return cp.zeros(x.shape[:-2] + x.shape[-2:][::-1], x.dtype)
-        u, sv, vh = cp.linalg.svd(x, full_matrices=False)
-        keep = sv > rtol_of(x, rtol) * sv.max(-1, keepdims=True)
-        inv = cp.where(keep, 1 / cp.where(keep, sv, 1), 0).astype(x.dtype)
-        return cp.matmul(cp.conj(cp.swapaxes(vh, -1, -2)) * inv[..., None, :], cp.conj(cp.swapaxes(u, -1, -2)))
-
-    def matrix_power(x, n):
-        if n == 0:
-            return cp.broadcast_to(cp.eye(x.shape[-1], dtype=x.dtype), x.shape).copy()
-        return power_by_squaring(cp.matmul, cp.linalg.inv(x), -n) if n < 0 else power_by_squaring(cp.matmul, x, n)
-
-    return {
-        "vector_norm": vector_norm, "matrix_norm": matrix_norm, "matrix_rank": matrix_rank, "pinv": pinv,
-        "matrix_power": matrix_power, "outer": cp.outer, "cross": lambda a, b, axis: cp.cross(a, b, axis=axis),
-        "trace": lambda x, offset, dtype=None: cp.trace(x, offset=offset, axis1=-2, axis2=-1, dtype=x.dtype),
-        "diagonal": lambda x, offset: cp.diagonal(x, offset=offset, axis1=-2, axis2=-1).copy(),
-        "fftshift": lambda x, axes: cp.fft.fftshift(x, axes=axes),
-        "ifftshift": lambda x, axes: cp.fft.ifftshift(x, axes=axes),
-    }
+    return {**out, **frequencies(cp)}
 
 
 def _in_float32(cp, fn):
