@@ -11,7 +11,7 @@ Parameters are ordinary tensors with ``requires_grad=True``, held as module attr
 """
 from __future__ import annotations
 
-from anydevice.nn import functional, init
+from anydevice.nn import functional, init, utils  # noqa: F401 - utils: nn.utils.clip_grad_norm_, clip_grad_value_
 from anydevice.nn.container import ModuleDict, ModuleList, Sequential
 from anydevice.nn.functional import mse_loss
 from anydevice.nn.layers.activation import GELU, LeakyReLU, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Tanh
