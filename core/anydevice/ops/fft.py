@@ -30,13 +30,31 @@ from anydevice.ops.registry import (
     define,
     normalize_axis,
 )
-from anydevice.ops.samples import Sample, smooth, values
 
 _NORM = Choice("backward", ("backward", "ortho", "forward"))
 _DUAL = {"backward": "forward", "forward": "backward", "ortho": "ortho"}
 _COMPLEX = {_dt.float32: _dt.complex64, _dt.float64: _dt.complex128}
 _REAL = {v: k for k, v in _COMPLEX.items()}
 _TOL = {"float32": (1e-4, 1e-4), "complex64": (1e-4, 1e-4), "float64": (1e-10, 1e-10), "complex128": (1e-10, 1e-10)}
+
+
+# conformance inputs: anydevice.ops.samples is imported only when samples are asked for (import time)
+def _sample(*args, **kw):
+    from anydevice.ops.samples import Sample
+
+    return Sample(*args, **kw)
+
+
+def _values(rng, d, shape, domain=None):
+    from anydevice.ops.samples import values
+
+    return values(rng, d, shape, domain)
+
+
+def _smooth(rng, d, shape, domain=None):
+    from anydevice.ops.samples import smooth
+
+    return smooth(rng, d, shape, domain)
 
 
 def _scale(n: int, norm: str, inverse: bool) -> float:
@@ -262,9 +280,9 @@ def _fft_samples(op, real_in):
                 ((6,), {"n": 4}, "n=4 (cut)"), ((5,), {"n": 8}, "n=8 (padded)"), ((2, 6), {"norm": "ortho"}, "ortho"),
                 ((7,), {"norm": "forward"}, "forward"), ((1,), {}, "length 1") if op not in ("irfft", "hfft") else
                 ((2,), {}, "length 2"), ((0, 4), {}, "empty batch")]
-        out = [Sample([values(rng, d, s)], a, desc) for s, a, desc in rows]
+        out = [_sample([_values(rng, d, s)], a, desc) for s, a, desc in rows]
         if real_in and d in (_dt.float32, _dt.float64):
-            out += [Sample([smooth(rng, d, s)], a, "smooth " + desc, grad=True)
+            out += [_sample([_smooth(rng, d, s)], a, "smooth " + desc, grad=True)
                     for s, a, desc in (((6,), {}, "(6,)"), ((2, 5), {"n": 4, "norm": "ortho"}, "n=4, ortho"),
                                        ((3, 2), {"axis": 0, "n": 5, "norm": "forward"}, "axis 0, n=5, forward"))]
         return out
@@ -336,9 +354,9 @@ def _nd_samples(real_in):
         rows = [((3, 4), {}, "(3, 4)"), ((2, 3, 4), {"axes": (0, 2)}, "axes (0, 2)"), ((4, 4), {"s": (3, 6)}, "s (3, 6)"),
                 ((2, 4, 3), {"s": (4, 2), "axes": (2, 0), "norm": "ortho"}, "s and axes, ortho"),
                 ((3, 4), {"norm": "forward"}, "forward")]
-        out = [Sample([values(rng, d, s)], a, desc) for s, a, desc in rows]
+        out = [_sample([_values(rng, d, s)], a, desc) for s, a, desc in rows]
         if real_in and d in (_dt.float32, _dt.float64):
-            out.append(Sample([smooth(rng, d, (3, 4))], {"s": (2, 5)}, "smooth, s (2, 5)", grad=True))
+            out.append(_sample([_smooth(rng, d, (3, 4))], {"s": (2, 5)}, "smooth, s (2, 5)", grad=True))
         return out
 
     return gen
@@ -387,9 +405,9 @@ def _shift(inverse):
 def _shift_samples(d, rng):
     rows = [((8,), {}, "(8,)"), ((5,), {}, "odd length"), ((3, 4), {"axes": 0}, "axes=0"), ((3, 4), {"axes": (0, 1)}, "both"),
             ((0, 3), {}, "empty")]
-    out = [Sample([values(rng, d, s)], a, desc) for s, a, desc in rows]
+    out = [_sample([_values(rng, d, s)], a, desc) for s, a, desc in rows]
     if d in (_dt.float32, _dt.float64):
-        out.append(Sample([smooth(rng, d, (3, 5))], {}, "smooth", grad=True))
+        out.append(_sample([_smooth(rng, d, (3, 5))], {}, "smooth", grad=True))
     return out
 
 
@@ -431,7 +449,7 @@ def _rfftfreq(xp, n, d=1.0, dtype=None, device=None):
 
 
 def _freq_samples(d, rng):
-    return [Sample([], {"n": n, "d": dd, "dtype": d}, f"n={n}, d={dd}") for n, dd in ((8, 1.0), (5, 0.1), (1, 2.0), (7, -0.5))]
+    return [_sample([], {"n": n, "d": dd, "dtype": d}, f"n={n}, d={dd}") for n, dd in ((8, 1.0), (5, 0.1), (1, 2.0), (7, -0.5))]
 
 
 for _name, _dec, _len in (("fftfreq", _fftfreq, lambda n: n), ("rfftfreq", _rfftfreq, lambda n: n // 2 + 1)):

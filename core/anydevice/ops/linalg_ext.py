@@ -36,11 +36,29 @@ from anydevice.ops.registry import (
     same,
     to_real,
 )
-from anydevice.ops.samples import Sample, smooth, values
 from anydevice.ops.statistical import _acc_rule
 
 _FLOATING = "floating"
 _TOL = {"float32": (1e-4, 1e-4), "complex64": (1e-4, 1e-4), "float16": (2e-2, 2e-2), "bfloat16": (8e-2, 8e-2)}
+
+
+# conformance inputs: anydevice.ops.samples is imported only when samples are asked for (import time)
+def _sample(*args, **kw):
+    from anydevice.ops.samples import Sample
+
+    return Sample(*args, **kw)
+
+
+def _values(rng, d, shape, domain=None):
+    from anydevice.ops.samples import values
+
+    return values(rng, d, shape, domain)
+
+
+def _smooth(rng, d, shape, domain=None):
+    from anydevice.ops.samples import smooth
+
+    return smooth(rng, d, shape, domain)
 _GRAD = (_dt.float32, _dt.float64)
 
 
@@ -165,7 +183,7 @@ def _gap_inverse(xp, w, squared=False):
 def _spd(rng, d, shape):
     """Well-conditioned Hermitian positive-definite matrices of dtype d."""
     n = shape[-1]
-    a = values(rng, d, shape) / 3.0
+    a = _values(rng, d, shape) / 3.0
     a64 = a.astype(np.complex128 if d.kind == "complex" else np.float64)
     m = a64 @ np.conj(np.swapaxes(a64, -1, -2)) + n * np.eye(n)
     return m.astype(d.numpy)
@@ -173,7 +191,7 @@ def _spd(rng, d, shape):
 
 def _well(rng, d, shape):
     """Well-conditioned square matrices: values plus a dominant diagonal."""
-    a = values(rng, d, shape).astype(np.complex128 if d.kind == "complex" else np.float64)
+    a = _values(rng, d, shape).astype(np.complex128 if d.kind == "complex" else np.float64)
     return (a + 4.0 * np.eye(shape[-1])).astype(d.numpy)
 
 
@@ -188,9 +206,9 @@ def _f32(*s):
 def _rows(make, rows, grads=()):
     """Samples from (shapes, attrs, desc) rows; ``grads`` rows are marked for gradient checks."""
     def gen(d, rng):
-        out = [Sample([make(rng, d, s) for s in sh], dict(a), desc) for sh, a, desc in rows]
+        out = [_sample([make(rng, d, s) for s in sh], dict(a), desc) for sh, a, desc in rows]
         if _grad_ok(d):
-            out += [Sample([make(rng, d, s) for s in sh], dict(a), desc, grad=True) for sh, a, desc in grads]
+            out += [_sample([make(rng, d, s) for s in sh], dict(a), desc, grad=True) for sh, a, desc in grads]
         return out
 
     return gen
@@ -268,10 +286,10 @@ def _vjp_solve(xp, g, i, o):
 def _solve_samples(d, rng):
     rows = [([(3, 3), (3, 2)], "(3, 3) \\ (3, 2)"), ([(3, 3), (3,)], "1-D right-hand side"),
             ([(2, 3, 3), (3, 1)], "batched x1, broadcast x2"), ([(2, 2), (0, 2, 3)], "empty batch")]
-    out = [Sample([_well(rng, d, sh[0]), values(rng, d, sh[1])], {}, desc) for sh, desc in rows]
+    out = [_sample([_well(rng, d, sh[0]), _values(rng, d, sh[1])], {}, desc) for sh, desc in rows]
     if _grad_ok(d):
-        out.append(Sample([_well(rng, d, (3, 3)), smooth(rng, d, (3, 2))], {}, "smooth", grad=True))
-        out.append(Sample([_well(rng, d, (2, 2)), smooth(rng, d, (2,))], {}, "smooth 1-D", grad=True))
+        out.append(_sample([_well(rng, d, (3, 3)), _smooth(rng, d, (3, 2))], {}, "smooth", grad=True))
+        out.append(_sample([_well(rng, d, (2, 2)), _smooth(rng, d, (2,))], {}, "smooth 1-D", grad=True))
     return out
 
 
@@ -354,7 +372,7 @@ def _vjp_eigh(xp, g, i, o):
 
 
 def _sym(rng, d, shape):
-    a = values(rng, d, shape).astype(np.complex128 if d.kind == "complex" else np.float64)
+    a = _values(rng, d, shape).astype(np.complex128 if d.kind == "complex" else np.float64)
     return ((a + np.conj(np.swapaxes(a, -1, -2))) / 2).astype(d.numpy)
 
 
@@ -428,9 +446,9 @@ def _vjp_svd(xp, g, i, o, full_matrices=True):
 def _svd_samples(d, rng):
     rows = [((3, 3), True, "(3, 3)"), ((4, 3), False, "tall, reduced"), ((2, 3), False, "wide, reduced"),
             ((3, 2), True, "tall, full"), ((2, 3, 2), False, "batch"), ((0, 2), False, "empty")]
-    out = [Sample([values(rng, d, s)], {"full_matrices": f}, desc) for s, f, desc in rows]
+    out = [_sample([_values(rng, d, s)], {"full_matrices": f}, desc) for s, f, desc in rows]
     if _grad_ok(d):
-        out += [Sample([smooth(rng, d, s)], {"full_matrices": f}, "smooth " + desc, grad=True)
+        out += [_sample([_smooth(rng, d, s)], {"full_matrices": f}, "smooth " + desc, grad=True)
                 for s, f, desc in (((3, 3), True, "square"), ((4, 2), False, "tall"), ((2, 3), False, "wide"))]
     return out
 
@@ -456,7 +474,7 @@ def _svdvals_shape(shapes, attrs):
 define("svdvals", inputs=("x",), namespace="linalg", dtype_rule=to_real(_FLOATING), shape_rule=_svdvals_shape,
        reference=lambda x: np.linalg.svd(x, compute_uv=False), vjp=_vjp_svdvals,
        decomposition=lambda xp, x: xp.svd(x, full_matrices=False)[1], category="linalg", tolerance=_TOL,
-       samples=_rows(values, [([(3, 3)], {}, "(3, 3)"), ([(4, 2)], {}, "tall"), ([(2, 2, 3)], {}, "batch, wide"),
+       samples=_rows(_values, [([(3, 3)], {}, "(3, 3)"), ([(4, 2)], {}, "tall"), ([(2, 2, 3)], {}, "batch, wide"),
                               ([(0, 3)], {}, "empty")], [([(3, 2)], {}, "smooth")]),
        errors=[([_f32(3)], {}, ValueError, "1-D")], doc="svdvals(x, /): singular values, descending")
 
@@ -494,10 +512,10 @@ def _vjp_qr(xp, g, i, o, mode="reduced"):
 def _qr_samples(d, rng):
     rows = [((3, 3), "reduced"), ((4, 3), "reduced"), ((2, 3), "reduced"), ((3, 2), "complete"),
             ((2, 3, 2), "reduced"), ((0, 3), "reduced")]
-    out = [Sample([_well(rng, d, s) if s[0] == s[1] else values(rng, d, s)], {"mode": m}, f"{s}, {m}") for s, m in rows]
+    out = [_sample([_well(rng, d, s) if s[0] == s[1] else _values(rng, d, s)], {"mode": m}, f"{s}, {m}") for s, m in rows]
     if _grad_ok(d):
-        out += [Sample([_well(rng, d, (3, 3))], {}, "smooth square", grad=True),
-                Sample([smooth(rng, d, (4, 2))], {}, "smooth tall", grad=True)]
+        out += [_sample([_well(rng, d, (3, 3))], {}, "smooth square", grad=True),
+                _sample([_smooth(rng, d, (4, 2))], {}, "smooth tall", grad=True)]
     return out
 
 
@@ -587,12 +605,12 @@ def _norm_samples(d, rng):
             ((2, 3, 2), {"axis": (0, 2), "keepdims": True}, "axes (0, 2), keepdims"),
             ((4,), {"ord": math.inf}, "ord=inf"), ((4,), {"ord": -math.inf}, "ord=-inf"), ((4,), {"ord": 0}, "ord=0"),
             ((3,), {"ord": 3.5}, "ord=3.5"), ((3,), {"ord": -1}, "ord=-1"), ((), {}, "0-d"), ((0, 3), {"axis": 0}, "empty")]
-    out = [Sample([values(rng, d, s, "nonzero")], a, desc) for s, a, desc in rows]
+    out = [_sample([_values(rng, d, s, "nonzero")], a, desc) for s, a, desc in rows]
     big = {"float16": 1e4, "bfloat16": 1e30, "float32": 1e30, "float64": 1e200}.get(_real_of(d).name)
     if big:
-        out.append(Sample([(values(rng, d, (3,), "nonzero") * big).astype(d.numpy)], {}, "large magnitudes (no overflow)"))
+        out.append(_sample([(_values(rng, d, (3,), "nonzero") * big).astype(d.numpy)], {}, "large magnitudes (no overflow)"))
     if _grad_ok(d):
-        out += [Sample([smooth(rng, d, (2, 3))], a, "smooth " + desc, grad=True)
+        out += [_sample([_smooth(rng, d, (2, 3))], a, "smooth " + desc, grad=True)
                 for a, desc in (({}, "ord=2"), ({"axis": 0, "ord": 3}, "ord=3"), ({"ord": 1}, "ord=1"))]
     return out
 
@@ -632,7 +650,7 @@ def _mn_shape(shapes, attrs):
 define("matrix_norm", inputs=("x",), attrs={"keepdims": Bool(False), "ord": _MatrixOrd("fro")}, positional=0,
        namespace="linalg", dtype_rule=to_real(_FLOATING), shape_rule=_mn_shape, reference=_matrix_norm_ref,
        decomposition=_matrix_norm, category="linalg", tolerance=_TOL,
-       samples=_rows(values, [([(2, 3)], {"ord": o}, f"ord={o!r}") for o in _MatrixOrd.CHOICES]
+       samples=_rows(_values, [([(2, 3)], {"ord": o}, f"ord={o!r}") for o in _MatrixOrd.CHOICES]
                      + [([(2, 2, 3)], {"keepdims": True}, "batch, keepdims")],
                      [([(3, 2)], {"ord": o}, f"smooth, ord={o!r}") for o in ("fro", "nuc", 2, math.inf)]),
        errors=[([_f32(2, 3)], {"ord": "max"}, ValueError, "ord='max'"), ([_f32(2, 3)], {"ord": 3}, ValueError, "ord=3"),
@@ -670,7 +688,7 @@ define("diagonal", inputs=("x",), attrs={"offset": Int(0)}, positional=0, namesp
        dtype_rule=same("all"), shape_rule=_diagonal_shape("diagonal"),
        reference=lambda x, offset=0: np.diagonal(x, offset=offset, axis1=-2, axis2=-1).copy(),
        decomposition=_diagonal, category="linalg",
-       samples=_rows(values, _DIAG_ROWS, [([(3, 3)], {"offset": -1}, "smooth")]),
+       samples=_rows(_values, _DIAG_ROWS, [([(3, 3)], {"offset": -1}, "smooth")]),
        errors=[([_f32(3)], {}, ValueError, "1-D"), ([_f32(2, 2)], {"offset": 1.0}, TypeError, "float offset")],
        doc="diagonal(x, /, *, offset=0): the diagonal of the last two axes (offset > 0: above it)")
 
@@ -678,7 +696,7 @@ define("trace", inputs=("x",), attrs={"offset": Int(0), "dtype": DType()}, posit
        dtype_rule=_acc_rule("numeric", "trace"), shape_rule=_diagonal_shape("trace"),
        reference=lambda x, offset=0, dtype=None: np.trace(x, offset=offset, axis1=-2, axis2=-1),
        decomposition=lambda xp, x, offset=0, dtype=None: xp.sum(xp.diagonal(x, offset=offset), axis=-1, dtype=x.dtype),
-       category="linalg", samples=_rows(values, _DIAG_ROWS, [([(3, 3)], {}, "smooth")]),
+       category="linalg", samples=_rows(_values, _DIAG_ROWS, [([(3, 3)], {}, "smooth")]),
        errors=[([_f32(3)], {}, ValueError, "1-D")],
        doc="trace(x, /, *, offset=0, dtype=None): the sum of a diagonal of the last two axes")
 
@@ -693,7 +711,7 @@ def _outer_shape(shapes, attrs):
 define("outer", inputs=("x1", "x2"), namespace="linalg", dtype_rule=same("numeric"), shape_rule=_outer_shape,
        reference=lambda a, b: np.outer(a, b),
        decomposition=lambda xp, a, b: xp.expand_dims(a, axis=-1) * xp.expand_dims(b, axis=0), category="linalg",
-       samples=_rows(values, [([(3,), (4,)], {}, "(3,) and (4,)"), ([(0,), (2,)], {}, "empty")],
+       samples=_rows(_values, [([(3,), (4,)], {}, "(3,) and (4,)"), ([(0,), (2,)], {}, "empty")],
                      [([(3,), (2,)], {}, "smooth")]),
        errors=[([_f32(2, 2), _f32(2)], {}, ValueError, "2-D x1")], doc="outer(x1, x2, /): the outer product of two vectors")
 
@@ -723,7 +741,7 @@ def _cross(xp, a, b, axis=-1):
 define("cross", inputs=("x1", "x2"), attrs={"axis": Int(-1)}, positional=0, namespace="linalg",
        dtype_rule=same("numeric"), shape_rule=_cross_shape,
        reference=lambda a, b, axis=-1: np.cross(a, b, axis=axis), decomposition=_cross, category="linalg",
-       samples=_rows(values, [([(3,), (3,)], {}, "(3,)"), ([(2, 3), (3,)], {}, "broadcast"),
+       samples=_rows(_values, [([(3,), (3,)], {}, "(3,)"), ([(2, 3), (3,)], {}, "broadcast"),
                               ([(3, 2), (3, 2)], {"axis": -2}, "axis=-2"), ([(0, 3), (0, 3)], {}, "empty")],
                      [([(2, 3), (2, 3)], {}, "smooth")]),
        errors=[([_f32(2), _f32(2)], {}, ValueError, "size 2"), ([_f32(3), _f32(3)], {"axis": 0}, ValueError, "axis 0")],
@@ -782,8 +800,8 @@ _rank_rule.category = _FLOATING
 
 
 def _low_rank(rng, d, shape):
-    a = values(rng, d, shape[:-1] + (1,)).astype(np.float64 if d.kind == "float" else np.complex128)
-    b = values(rng, d, shape[:-2] + (1, shape[-1])).astype(a.dtype)
+    a = _values(rng, d, shape[:-1] + (1,)).astype(np.float64 if d.kind == "float" else np.complex128)
+    b = _values(rng, d, shape[:-2] + (1, shape[-1])).astype(a.dtype)
     return (a @ b + np.eye(*shape[-2:]) * (np.arange(shape[-1]) < 1)).astype(d.numpy)
 
 
@@ -791,9 +809,9 @@ define("matrix_rank", inputs=("x",), attrs={"rtol": Optional(Real(lo=0.0))}, pos
        dtype_rule=_rank_rule, shape_rule=lambda s, a: _mn_shape(s, {"keepdims": False}),
        reference=lambda x, rtol=None: np.asarray(np.linalg.matrix_rank(x, rtol=rtol)), decomposition=_matrix_rank,
        category="linalg", differentiable=False,
-       samples=lambda d, rng: [Sample([_well(rng, d, (3, 3))], {}, "full rank"),
-                                     Sample([_well(rng, d, (2, 3, 3))], {"rtol": 1e-3}, "batch, rtol"),
-                                     Sample([_low_rank(rng, d, (3, 3))], {"rtol": 1e-3}, "rank 2, rtol 1e-3")],
+       samples=lambda d, rng: [_sample([_well(rng, d, (3, 3))], {}, "full rank"),
+                                     _sample([_well(rng, d, (2, 3, 3))], {"rtol": 1e-3}, "batch, rtol"),
+                                     _sample([_low_rank(rng, d, (3, 3))], {"rtol": 1e-3}, "rank 2, rtol 1e-3")],
        errors=[([_f32(3)], {}, ValueError, "1-D"), ([_f32(2, 2)], {"rtol": -1.0}, ValueError, "negative rtol")],
        doc="matrix_rank(x, /, *, rtol=None): the number of singular values above rtol * the largest "
            "(rtol None: max(M, N) * eps of x's dtype; a float only, not an array)")
