@@ -46,6 +46,14 @@ def test_sort_integers_and_bools(dev):
 
 
 @pytest.mark.parametrize("dev", DEVICES)
+def test_sort_keeps_the_order_of_signed_zeros(dev):
+    x = np.array([0.0, -0.0, 1.0, -0.0, 0.0, -1.0], np.float32)
+    got = ad.sort(_on(x, dev)).numpy()
+    assert np.signbit(got).tolist() == np.signbit(np.sort(x, kind="stable")).tolist() == [True, False, True, True, False, False]
+    assert np.signbit(ad.unique_values(_on(x, dev)).numpy()).tolist() == [True, False, False]  # the first of each run
+
+
+@pytest.mark.parametrize("dev", DEVICES)
 def test_take_along_axis_broadcasts_and_counts_negative_indices(dev):
     x = rng.standard_normal((2, 3, 4)).astype(np.float32)
     idx = rng.integers(-3, 3, size=(1, 5, 4))

@@ -30,8 +30,15 @@ def array_kernels(xp) -> dict:
         r = xp.argsort(xp.flip(x, axis), axis=axis, kind="stable")
         return (x.shape[axis] - 1 - xp.flip(r, axis)).astype(np.int64)
 
+    def values_sort(x, axis):
+        """Sorted values as a stable sort gives them: equal values differ in bits only for -0 and
+        0 (NaN payloads aside), so the faster unstable sort serves unless x holds a -0."""
+        x = _wide(x)
+        exact = x.dtype.kind != "f" or not bool(xp.any(xp.signbit(x) & (x == 0)))
+        return xp.sort(x, axis=axis, kind=None if exact else "stable")
+
     def sort(x, axis, descending, stable):
-        s = xp.sort(_wide(x), axis=axis, kind="stable")
+        s = values_sort(x, axis)
         return (xp.flip(s, axis) if descending else s).astype(x.dtype)
 
     def take_along_axis(x, indices, axis):
@@ -54,8 +61,10 @@ def array_kernels(xp) -> dict:
     def count_nonzero(x, axis, keepdims):
         return xp.sum(x != 0, axis=axis, keepdims=keepdims, dtype=np.int64)
 
-    def positions(keep, size):  # the compaction of the decompositions: the first size kept positions
-        return xp.argsort(~keep, kind="stable")[:size]
+    def positions(keep, size):
+        """The compaction of the decompositions (a stable argsort of ~keep, first ``size``) in O(n)."""
+        pos = xp.flatnonzero(keep)[:size]
+        return pos if pos.size == size else xp.concatenate([pos, xp.flatnonzero(~keep)[:size - pos.size]])
 
     def argwhere(x, size):
         pos = positions((x != 0).reshape(-1), size)
@@ -93,12 +102,16 @@ def array_kernels(xp) -> dict:
             raise IndexError(f"repeat_tensor(): size {size} is more than the {out.shape[axis]} repeated elements")
         return xp.take(out, xp.arange(size), axis=axis)
 
-    def pick(*names):
-        parts = ("values", "indices", "inverse_indices", "counts")
-        return lambda x, size: tuple(p for p, n in zip(unique_all(x, size), parts) if n in names)
+    def unique_counts(x, size):  # no argsort needed: the sorted values alone (stable: -0 and 0 as unique_all)
+        s = values_sort(x.reshape(-1), 0).astype(x.dtype)
+        start, last = xp.ones(s.size, bool), xp.ones(s.size, bool)
+        start[1:] = s[1:] != s[:-1]
+        last[:-1] = start[1:]
+        pos = positions(start, size)
+        return s[pos], (positions(last, size) - pos + 1).astype(np.int64)
 
-    return {"argwhere": argwhere, "unique_all": unique_all, "unique_values": lambda x, size: unique_all(x, size)[0],
-            "unique_counts": pick("values", "counts"), "unique_inverse": pick("values", "inverse_indices"),
+    return {"argwhere": argwhere, "unique_all": unique_all, "unique_values": lambda x, size: unique_counts(x, size)[0],
+            "unique_counts": unique_counts, "unique_inverse": lambda x, size: unique_all(x, size)[::2],
             "getitem_mask": getitem_mask, "setitem_mask": setitem_mask, "repeat_tensor": repeat_tensor,
             "argsort": argsort, "sort": sort, "take_along_axis": take_along_axis,
             "cumulative_sum": scan(xp.cumsum, 0), "cumulative_prod": scan(xp.cumprod, 1),

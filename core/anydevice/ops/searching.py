@@ -174,6 +174,10 @@ def _tal_parts(xp, x, indices, axis):
 
 
 def _take_along_axis(xp, x, indices, axis):
+    if x.ndim == 1:  # (sort, unique): one take, negative indices counted from the end
+        n = x.shape[0]
+        return xp.take(x, xp.where(xp.less(indices, 0), xp.add(indices, n), indices) if indices.dtype.kind == "int"
+                       else indices, axis=0)
     i3, out = _tal_parts(xp, x, indices, axis)
     n, (P, _, Q) = x.shape[axis], i3.shape
     xb = xp.broadcast_to(x, out[:axis] + (n,) + out[axis + 1:])
@@ -527,8 +531,7 @@ def _starts(xp, s):
 
 
 def _unique_count(xp, x):
-    v = xp.reshape(x, (-1,))
-    return xp.sum(xp.astype(_starts(xp, xp.take(v, xp.argsort(v), axis=0)), _I64))
+    return xp.sum(xp.astype(_starts(xp, xp.sort(xp.reshape(x, (-1,)))), _I64))
 
 
 def _unique_parts(xp, x, size):
