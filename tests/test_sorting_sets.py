@@ -336,6 +336,12 @@ def test_opencl_runs_everything_on_device_with_a_native_argsort():
                 want = np.argsort(x, axis=axis, kind="stable") if not desc else \
                     x.shape[axis] - 1 - np.flip(np.argsort(np.flip(x, axis), axis=axis, kind="stable"), axis)
                 assert np.array_equal(got, want)
+        for x2, axis in ((_ties(2, 2500), 1), (rng.integers(-9, 9, size=(3000, 2)).astype(np.int16), 0)):  # bitonic
+            for desc in (False, True):
+                got = ad.argsort(_on(x2, "opencl"), axis=axis, descending=desc).numpy()
+                want = np.argsort(x2, axis=axis, kind="stable") if not desc else \
+                    x2.shape[axis] - 1 - np.flip(np.argsort(np.flip(x2, axis), axis=axis, kind="stable"), axis)
+                assert np.array_equal(got, want)
         assert np.array_equal(ad.unique_values(t).numpy(), np.unique(x[~np.isnan(x)]).tolist() + [np.nan] * int(np.isnan(x).sum()),
                               equal_nan=True)
         assert np.array_equal(t[t > 2].numpy(), x[x > 2])
