@@ -248,6 +248,8 @@ def test_mask_errors(dev):
         ad.getitem_mask(x, _on(np.ones((2, 3), np.int8), dev))
     with pytest.raises(ValueError, match=r"setitem_mask\(\): value of shape \(4,\) for 6 selected element\(s\)"):
         x[_on(np.ones((2, 3), bool), dev)] = _on(np.ones(4, np.float32), dev)
+    with pytest.raises(IndexError, match=r"unsupported index a bool tensor of shape \(2, 3\).*or a boolean mask"):
+        x[x > 0, 0]  # a mask only as the whole index
     with pytest.raises(ValueError, match=r"nonzero\(\): x must have at least one dimension"):
         ad.nonzero(_on(np.float32(1.0), dev))
     with pytest.raises(ValueError, match=r"unique_values\(\): size 4 is more than the 3 element"):

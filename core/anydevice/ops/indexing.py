@@ -48,9 +48,11 @@ def canonical_key(key, shape) -> tuple:
             out.append(("i", i % shape[axis]))
             axis += 1
         else:
+            what = f"a {k.dtype.name} tensor of shape {k.shape}" if hasattr(k, "shape") and hasattr(k, "dtype") \
+                else f"{k!r} ({type(k).__name__})"
             raise IndexError(
-                f"unsupported index {k!r} ({type(k).__name__}): use integers, slices, None, '...', "
-                f"or a 1-D integer tensor alone (gather along axis 0 with take())"
+                f"unsupported index {what}: use integers, slices, None, '...', or alone a 1-D integer tensor "
+                f"(gather along axis 0 with take()) or a boolean mask (x[mask])"
             )
     while axis < len(shape):
         out.append(("s", 0, 1, shape[axis]))
