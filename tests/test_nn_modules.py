@@ -378,3 +378,14 @@ def test_parameter_alias_and_register_parameter():
         m.register_parameter("x", ad.zeros(1))
     with pytest.raises(KeyError, match="already a parameter"):
         m.register_buffer("w", ad.zeros(1))
+
+
+def test_bilinear_and_unflatten_match_numpy():
+    ad.manual_seed(2)
+    bl = nn.Bilinear(3, 4, 2)
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((5, 3)).astype(np.float32), rng.standard_normal((5, 4)).astype(np.float32)
+    want = np.einsum("ni,kij,nj->nk", a, bl.weight.numpy(), b) + bl.bias.numpy()
+    np.testing.assert_allclose(bl(ad.asarray(a), ad.asarray(b)).numpy(), want, rtol=1e-5, atol=1e-5)
+    assert np.abs(bl.weight.numpy()).max() <= 1 / math.sqrt(3)
+    assert nn.Unflatten(1, (2, 3))(ad.ones((4, 6, 5))).shape == (4, 2, 3, 5)
