@@ -1,6 +1,7 @@
 """anydevice.data: datasets, samplers, collation, the DataLoader (workers, device=, prefetch overlap)."""
 import collections
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -254,3 +255,20 @@ def test_prefetch_overlaps_the_copy_of_the_next_batch_with_the_current_step():
     assert span(copies, steps) < 0.85 * span(base_copies, base_steps)
     for a, b in zip(host, base_host):
         np.testing.assert_array_equal(a, b)
+
+
+
+def test_leaving_a_threaded_epoch_early_stops_its_workers():
+    class Counted(Squares):
+        reads = 0
+
+        def __getitem__(self, i):
+            type(self).reads += 1
+            return super().__getitem__(i)
+
+    ds = Counted(200)
+    it = iter(DataLoader(ds, batch_size=2, num_workers=2, prefetch_factor=2))
+    assert next(it)["i"].numpy().tolist() == [0, 1]
+    it.close()
+    time.sleep(0.05)
+    assert Counted.reads <= 2 * (1 + 2 * 2)  # the batch handed out and at most the 4 in flight

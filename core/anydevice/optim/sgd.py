@@ -31,7 +31,8 @@ class SGD(Optimizer):
         mu = group["momentum"]
         if mu:
             buf = state.get("momentum_buffer")
-            buf = g if buf is None else mu * buf + (1.0 - group["dampening"]) * g
+            damp = 1.0 - group["dampening"]
+            buf = g if buf is None else mu * buf + (damp * g if damp != 1.0 else g)
             state["momentum_buffer"] = buf
             g = g + mu * buf if group["nesterov"] else buf
         return w - group["lr"] * g
