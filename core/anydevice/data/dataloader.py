@@ -14,6 +14,7 @@ freed by the previous step is never overwritten under it.
 from __future__ import annotations
 
 import collections
+import itertools
 import numbers
 import queue
 import threading
@@ -23,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from anydevice.api.device import Stream, current_stream, stream_guard
 from anydevice.data.collate import default_collate, default_convert
 from anydevice.data.dataset import IterableDataset
-from anydevice.data.sampler import BatchSampler, RandomSampler, SequentialSampler
+from anydevice.data.sampler import BatchSampler, RandomSampler, SequentialSampler, SubsetRandomSampler, _draws
 from anydevice.engine.tensor import Tensor
 from anydevice.random import Generator
 from anydevice.runtime.devices import as_device
@@ -88,6 +89,7 @@ class DataLoader:
             if batch_sampler is None and batch_size is not None:
                 batch_sampler = BatchSampler(sampler, batch_size, drop_last)
         self.sampler, self.batch_sampler = sampler, batch_sampler
+        self._yielded, self._epoch_state, self._resume = 0, None, None
 
     def __len__(self) -> int:
         if self.iterable:
@@ -99,24 +101,76 @@ class DataLoader:
 
     # --- iteration --------------------------------------------------------------------------
     def __iter__(self):
-        batches = self._host_batches()
+        skip, g = 0, self._random_source()
+        if self._resume is not None:
+            state, self._resume = self._resume, None
+            skip = state["batches_yielded"]
+            if g is not None and state["generator"] is not None:
+                g.set_state(state["generator"])  # the epoch's order is drawn again, as it was
+        self._epoch_state = g.get_state() if g is not None else None
+        self._yielded = skip
+        batches = self._host_batches(skip)
         dev = self.device
-        if dev is None:
-            return batches
-        if not self.prefetch or dev.type == "cpu":
-            return (to_device(b, dev, non_blocking=True) for b in batches)  # queued on the consumer's stream
-        return _prefetched(batches, dev)
+        if dev is not None:
+            if not self.prefetch or dev.type == "cpu":
+                batches = (to_device(b, dev, non_blocking=True) for b in batches)  # queued on the consumer's stream
+            else:
+                batches = _prefetched(batches, dev)
+        return self._counted(batches)
+
+    def _counted(self, batches):
+        for b in batches:
+            self._yielded += 1
+            yield b
+        self._yielded, self._epoch_state = 0, None  # the epoch is complete: a resume starts the next one
+
+    def _random_source(self):
+        """The generator the sampler draws each epoch's order from (None: the order is not random)."""
+        s = self.sampler if self.sampler is not None else getattr(self.batch_sampler, "sampler", None)
+        if isinstance(s, (RandomSampler, SubsetRandomSampler)):
+            return _draws(s.generator)
+        return None
+
+    # --- resuming mid-epoch (training checkpoints) -----------------------------------------------
+    def state_dict(self) -> dict:
+        """Where iteration stands: the batches handed out so far in the current epoch and the state
+        of the sampler's generator when the epoch began (None when no epoch is under way or the
+        order is not random). Save it with the model and optimizer; :meth:`load_state_dict` makes
+        the next ``iter()`` continue the same epoch with the next batch, in the same order."""
+        if self.iterable:
+            raise TypeError("DataLoader.state_dict(): an IterableDataset sets its own order; a loader over it "
+                            "cannot be resumed (save the dataset's own position instead)")
+        return {"batches_yielded": self._yielded, "generator": self._epoch_state}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume from :meth:`state_dict`: the next ``iter()`` skips the batches already handed out
+        (without loading them)."""
+        who = "DataLoader.load_state_dict()"
+        if self.iterable:
+            raise TypeError(f"{who}: a loader over an IterableDataset cannot be resumed")
+        if not isinstance(state, Mapping) or set(state) != {"batches_yielded", "generator"}:
+            got = sorted(state) if isinstance(state, Mapping) else type(state).__name__
+            raise ValueError(f"{who}: expected a dict with keys 'batches_yielded' and 'generator' (from "
+                             f"DataLoader.state_dict()), got {got}")
+        k = state["batches_yielded"]
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 0 <= k <= len(self):
+            raise ValueError(f"{who}: batches_yielded must be an int in 0..{len(self)} (this loader's length), got {k!r}")
+        if state["generator"] is not None and self._random_source() is None:
+            raise ValueError(f"{who}: the state holds a generator state, but this loader's order is not random")
+        self._resume = {"batches_yielded": int(k), "generator": state["generator"]}
 
     def _fetch(self, index):
         if self.batch_sampler is None:
             return self.collate_fn(self.dataset[index])
         return self.collate_fn([self.dataset[i] for i in index])
 
-    def _host_batches(self):
+    def _host_batches(self, skip: int = 0):
         if self.iterable:
             it = self._iterable_batches()
             return _in_background(it, self.prefetch_factor) if self.num_workers else it
         order = self.batch_sampler if self.batch_sampler is not None else self.sampler
+        if skip:
+            order = itertools.islice(order, skip, None)  # batches handed out before a resume: indices only
         if not self.num_workers:
             return (self._fetch(i) for i in order)
         return _in_pool(self._fetch, order, self.num_workers, self.prefetch_factor * self.num_workers)
