@@ -387,6 +387,12 @@ def _cases():
     yield "matrix_power", [sq], {"n": -2}, ("float32",)
     yield "outer", [_ANY[0], _POS[1]], {}, ("float32",)
     yield "cross", [_ANY[:, :3], _POS[:, 1:]], {}, ("float32",)
+    yield "roll", [_ANY], {"shift": (1, -2), "axis": (0, 1)}, fl
+    yield "tile", [_ANY], {"repetitions": (2, 1, 2)}, fl
+    yield "repeat", [_ANY], {"repeats": 2, "axis": 1}, fl
+    yield "diff", [_ANY], {"axis": 0, "n": 2}, fl
+    yield "tensordot", [_ANY, _POS.T], {"axes": 1}, fl + ("int32",)
+    yield from ((op, [_ANY], {"k": k}, fl) for op in ("tril", "triu") for k in (-1, 1))
     z = _ANY + 1j * _POS
     for op in ("fft", "ifft", "irfft", "hfft", "fftn", "ifftn", "irfftn"):
         yield op, [z], {"norm": "ortho"}, ("complex128",)

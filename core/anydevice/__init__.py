@@ -65,7 +65,17 @@ e, pi, inf, nan, newaxis = _math.e, _math.pi, _math.inf, _math.nan, None
 _methods.install()
 
 
-def _array_namespace(self, api_version=None):
+#: The version of the Python Array API standard this namespace implements.
+__array_api_version__ = "2024.12"
+_API_VERSIONS = ("2021.12", "2022.12", "2023.12", "2024.12")
+
+
+def _array_namespace(self, /, *, api_version=None):
+    """The Array API namespace of this tensor: the ``anydevice`` package. ``api_version`` (None:
+    the newest) may name any version from 2021.12 to 2024.12; others raise ValueError."""
+    if api_version is not None and api_version not in _API_VERSIONS:
+        raise ValueError(f"__array_namespace__(): api_version {api_version!r} is not supported; allowed: None, "
+                         f"{', '.join(repr(v) for v in _API_VERSIONS)}")
     return _sys.modules[__name__]
 
 
@@ -86,6 +96,8 @@ def __getattr__(name):
 
 
 def __array_namespace_info__():
+    """The Array API inspection namespace: capabilities(), default_device(), devices(),
+    default_dtypes(device=) and dtypes(device=, kind=) of what each device really has."""
     from anydevice.api.info import Info
 
     return Info()

@@ -14,6 +14,7 @@ from anydevice.ops.random import array_kernels as _random_kernels
 
 from . import kernels_elementwise2 as _elementwise2
 from . import kernels_linalg as _linalg
+from . import kernels_manipulation as _manipulation
 from . import kernels_nn as _nn
 from . import kernels_sorting as _sorting
 
@@ -285,7 +286,7 @@ _TABLE = {
     "mean": (lambda x, axis, keepdims: np.mean(x, axis=axis, keepdims=keepdims), "half"), "var": (_var, "half"),
     "std": (_std, "half"), "any": (lambda x, axis, keepdims: np.any(x, axis=axis, keepdims=keepdims), "plain"),
     "all": (lambda x, axis, keepdims: np.all(x, axis=axis, keepdims=keepdims), "plain"), "logsumexp": (_logsumexp, "half"),
-    "matmul": (_matmul, "half"), "vecdot": (lambda a, b, axis: np.sum(a * b, axis=axis, dtype=np.asarray(a).dtype), "half"),
+    "matmul": (_matmul, "half"), "vecdot": (lambda a, b, axis: np.sum(np.conj(a) * b, axis=axis, dtype=np.asarray(a).dtype), "half"),
     "matrix_transpose": (lambda x: np.swapaxes(x, -1, -2), "plain"),
     "reshape": (lambda x, shape, copy=None: np.reshape(x, shape), "plain"),
     "permute_dims": (lambda x, axes: np.transpose(x, axes), "plain"),
@@ -331,3 +332,4 @@ def register(kernels) -> None:
     _sorting.register(kernels)
     _elementwise2.register(kernels, _WRAP)
     _linalg.register(kernels)
+    _manipulation.register(kernels)

@@ -22,6 +22,7 @@ import numpy as np
 from anydevice.base.errors import OutOfMemoryError
 from anydevice.ops.indexing import to_numpy_key
 from anydevice.ops.random import array_kernels as _random_kernels
+from anydevice_cpu.kernels_manipulation import array_kernels as _manipulation_kernels
 from anydevice_cpu.kernels_nn import table as _nn_table  # the deep-learning ops, on CuPy
 from anydevice_cpu.kernels_sorting import array_kernels as _sorting_kernels
 from anydevice_cuda import kernels_elementwise2 as _elementwise2  # (absolute: tests load this file alone)
@@ -459,7 +460,7 @@ TABLE = {
     "argmin": (_argreduce(cp.argmin), "native"), "mean": (_reduce(cp.mean), "half"), "var": (_var, "half"),
     "std": (_std, "half"), "any": (_reduce(cp.any), "native"), "all": (_reduce(cp.all), "native"),
     "logsumexp": (_logsumexp, "half"), "matmul": (_matmul, "native"),
-    "vecdot": (lambda a, b, axis: cp.sum(a * b, axis=axis, dtype=a.dtype), "half"),
+    "vecdot": (lambda a, b, axis: cp.sum(cp.conj(a) * b, axis=axis, dtype=a.dtype), "half"),
     "matrix_transpose": (lambda x: cp.swapaxes(x, -1, -2), "native"),
     "reshape": (lambda x, shape, copy=None: cp.reshape(x, shape), "native"),
     "permute_dims": (lambda x, axes: cp.transpose(x, axes), "native"),
@@ -495,4 +496,6 @@ def register(kernels) -> None:
     for name, fn in _sorting_kernels(cp).items():  # the cpu backend's array kernels, on CuPy
         kernels.register(name, _launch(name, fn))
     for name, fn in _linalg_table(cp).items():
+        kernels.register(name, _launch(name, fn))
+    for name, fn in _manipulation_kernels(cp).items():  # roll ... triu: the cpu backend's array kernels, on CuPy
         kernels.register(name, _launch(name, fn))

@@ -10,7 +10,8 @@ import numpy as np
 __all__ = [
     "DType", "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
     "uint64", "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
-    "ALL_DTYPES", "dtype", "result_type", "can_cast", "isdtype", "KINDS", "finfo", "iinfo",
+    "ALL_DTYPES", "dtype", "result_type", "can_cast", "isdtype", "KINDS", "finfo", "iinfo", "finfo_object",
+    "iinfo_object",
 ]
 
 
@@ -112,15 +113,20 @@ def dtype(spec) -> DType:
     return d
 
 
-def isdtype(d: DType, kind) -> bool:
-    """Array API ``isdtype``: ``kind`` is a dtype, a kind name, or a tuple of them."""
+def isdtype(dtype: DType, kind) -> bool:
+    """Array API ``isdtype``: whether ``dtype`` is of ``kind`` (a dtype, a kind name such as
+    ``"real floating"`` or ``"integral"``, or a tuple of them)."""
+    if not isinstance(dtype, DType):
+        raise TypeError(f"isdtype(): dtype must be an anydevice dtype, not {type(dtype).__name__} {dtype!r}")
     if isinstance(kind, tuple):
-        return any(isdtype(d, k) for k in kind)
+        return any(isdtype(dtype, k) for k in kind)
     if isinstance(kind, DType):
-        return d is kind
+        return dtype is kind
+    if not isinstance(kind, str):
+        raise TypeError(f"isdtype(): kind must be a dtype, a kind name or a tuple of them, not {type(kind).__name__}")
     if kind not in KINDS:
-        raise ValueError(f"unknown dtype kind {kind!r}; allowed: {', '.join(KINDS)}")
-    return d in KINDS[kind]
+        raise ValueError(f"isdtype(): unknown dtype kind {kind!r}; allowed: {', '.join(KINDS)}")
+    return dtype in KINDS[kind]
 
 
 # --- promotion -------------------------------------------------------------------------
@@ -168,11 +174,13 @@ def promote(a: DType, b: DType) -> DType:
     return r
 
 
-def result_type(*args) -> DType:
+def result_type(*arrays_and_dtypes) -> DType:
     """Array API ``result_type`` over dtypes (anything :func:`dtype` accepts), arrays (their
-    ``dtype``) and Python scalars, which take the others' dtype where the standard allows it."""
+    ``dtype``) and Python scalars: a scalar takes the others' dtype where the standard allows it
+    (bool with bool; int with integer and floating dtypes; float with floating ones; complex with
+    complex ones, and with a real floating dtype it gives the complex dtype of that precision)."""
     ds, scalars = [], []
-    for a in args:
+    for a in arrays_and_dtypes:
         if type(a) in (bool, int, float, complex):
             scalars.append(a)
         else:
@@ -186,10 +194,16 @@ def result_type(*args) -> DType:
         except TypeError as e:
             raise TypeError(f"result_type(): {e}") from None
     for v in scalars:
-        if not scalar_dtype_ok(v, out):
+        if type(v) is complex and out.kind == "float":
+            out = complex128 if out is float64 else complex64
+        elif not scalar_dtype_ok(v, out):
             raise TypeError(f"result_type(): a Python {type(v).__name__} cannot combine with {out.name} "
-                            f"(Array API rules: scalars keep to their kind)")
+                            f"(Array API rules: {_SCALAR_KINDS[type(v)]})")
     return out
+
+
+_SCALAR_KINDS = {bool: "a bool combines only with bool", int: "an int combines with integer and floating dtypes",
+                 float: "a float combines with floating dtypes", complex: "a complex combines with floating dtypes"}
 
 
 def _operand_dtype(name: str, a) -> DType:
@@ -210,33 +224,68 @@ def _operand_dtype(name: str, a) -> DType:
                         f"{', '.join(_BY_NAME)} (or their names), tensors") from None
 
 
-def finfo(type) -> np.finfo:  # noqa: A002 - the Array API parameter name
-    """Machine limits of a floating-point dtype (or a tensor's): ``bits``, ``eps``, ``max``,
-    ``min``, ``smallest_normal``. TypeError for other dtypes."""
+class finfo_object:  # noqa: N801 - the Array API's name
+    """Limits of a floating-point dtype as Python floats: ``bits``, ``eps``, ``max``, ``min``,
+    ``smallest_normal``; ``dtype`` is the real dtype they describe (float32 for complex64)."""
+
+    __slots__ = ("bits", "eps", "max", "min", "smallest_normal", "dtype")
+
+    def __init__(self, bits: int, eps: float, max: float, min: float, smallest_normal: float, dtype: DType):  # noqa: A002
+        self.bits, self.eps, self.max, self.min = bits, eps, max, min
+        self.smallest_normal, self.dtype = smallest_normal, dtype
+
+    def __repr__(self) -> str:
+        return (f"finfo(bits={self.bits}, eps={self.eps!r}, max={self.max!r}, min={self.min!r}, "
+                f"smallest_normal={self.smallest_normal!r}, dtype={self.dtype.name})")
+
+
+class iinfo_object:  # noqa: N801 - the Array API's name
+    """Limits of an integer dtype as Python ints: ``bits``, ``max``, ``min``; ``dtype``."""
+
+    __slots__ = ("bits", "max", "min", "dtype")
+
+    def __init__(self, bits: int, max: int, min: int, dtype: DType):  # noqa: A002
+        self.bits, self.max, self.min, self.dtype = bits, max, min, dtype
+
+    def __repr__(self) -> str:
+        return f"iinfo(bits={self.bits}, max={self.max}, min={self.min}, dtype={self.dtype.name})"
+
+
+_REAL_OF = {"complex64": "float32", "complex128": "float64"}
+
+
+def finfo(type, /) -> finfo_object:  # noqa: A002 - the Array API parameter name
+    """Machine limits of a floating-point dtype (or a tensor's), as Python floats. For a complex
+    dtype they are those of its real and imaginary parts. TypeError for other dtypes."""
     d = _operand_dtype("finfo", type)
     if d.kind not in ("float", "complex"):
         raise TypeError(f"finfo(): {d.name} is not a floating-point dtype; allowed: "
                         f"{', '.join(x.name for x in ALL_DTYPES if x.kind in ('float', 'complex'))} (iinfo() is for integers)")
-    if d is bfloat16:
+    real = _BY_NAME[_REAL_OF.get(d.name, d.name)]
+    if real is bfloat16:
         import ml_dtypes
 
-        return ml_dtypes.finfo(ml_dtypes.bfloat16)
-    return np.finfo(d.numpy)
+        f = ml_dtypes.finfo(ml_dtypes.bfloat16)
+    else:
+        f = np.finfo(real.numpy)
+    return finfo_object(int(f.bits), float(f.eps), float(f.max), float(f.min), float(f.smallest_normal), real)
 
 
-def iinfo(type) -> np.iinfo:  # noqa: A002 - the Array API parameter name
-    """Machine limits of an integer dtype (or a tensor's): ``bits``, ``max``, ``min``. TypeError for other dtypes."""
+def iinfo(type, /) -> iinfo_object:  # noqa: A002 - the Array API parameter name
+    """Machine limits of an integer dtype (or a tensor's), as Python ints. TypeError for other dtypes."""
     d = _operand_dtype("iinfo", type)
     if d.kind not in ("int", "uint"):
         raise TypeError(f"iinfo(): {d.name} is not an integer dtype; allowed: "
                         f"{', '.join(x.name for x in ALL_DTYPES if x.kind in ('int', 'uint'))} (finfo() is for floating point)")
-    return np.iinfo(d.numpy)
+    i = np.iinfo(d.numpy)
+    return iinfo_object(int(i.bits), int(i.max), int(i.min), d)
 
 
-def can_cast(from_: DType, to: DType) -> bool:
-    """True when ``from_`` promotes to ``to`` without losing information."""
-    from_ = getattr(from_, "dtype", from_)
-    return _PROMO.get((from_, to)) is to
+def can_cast(from_, to, /) -> bool:
+    """True when ``from_`` (a dtype or an array) promotes to the dtype ``to`` without losing
+    information (Array API type promotion)."""
+    to = _operand_dtype("can_cast", to)
+    return _PROMO.get((_operand_dtype("can_cast", from_), to)) is to
 
 
 def scalar_dtype_ok(value, d: DType) -> bool:

@@ -21,7 +21,7 @@ def _infer_dtype(arr: np.ndarray, obj) -> _dt.DType:
     return {np.dtype(np.float64): _dt.float32, np.dtype(np.complex128): _dt.complex64}.get(arr.dtype) or _dt.dtype(arr.dtype)
 
 
-def asarray(obj, dtype=None, device=None, copy=None) -> Tensor:
+def asarray(obj, /, *, dtype=None, device=None, copy=None) -> Tensor:
     """Create a tensor from a Tensor, a numpy array, a Python scalar or nested sequence.
 
     Python floats become float32 and Python ints int64 unless ``dtype`` says otherwise;
@@ -82,7 +82,7 @@ def _from_tensor(x: Tensor, d, dev, copy) -> Tensor:
 to_tensor = asarray
 
 
-def from_dlpack(x, *, device=None, copy=None) -> Tensor:
+def from_dlpack(x, /, *, device=None, copy=None) -> Tensor:
     """Import any DLPack producer (host memory is copied to the target device)."""
     fn = getattr(as_device(device)._backend.runtime, "from_dlpack", None)
     if fn is not None and device is not None:
@@ -92,15 +92,17 @@ def from_dlpack(x, *, device=None, copy=None) -> Tensor:
     return asarray(np.from_dlpack(x), device=device)
 
 
-def zeros(shape, dtype=None, device=None) -> Tensor:
+def zeros(shape, *, dtype=None, device=None) -> Tensor:
+    """A tensor of zeros of ``shape`` (an int or a tuple of ints); dtype float32 and the current device by default."""
     return _filled("zeros", shape, _ZERO, dtype, device)
 
 
-def ones(shape, dtype=None, device=None) -> Tensor:
+def ones(shape, *, dtype=None, device=None) -> Tensor:
+    """A tensor of ones of ``shape`` (an int or a tuple of ints); dtype float32 and the current device by default."""
     return _filled("ones", shape, _ONE, dtype, device)
 
 
-def empty(shape, dtype=None, device=None) -> Tensor:
+def empty(shape, *, dtype=None, device=None) -> Tensor:
     """Like zeros(): anydevice never exposes uninitialized memory."""
     return _filled("empty", shape, _ZERO, dtype, device)
 
@@ -109,7 +111,8 @@ _ZERO = {"bool": False, "int": 0, "uint": 0, "float": 0.0, "complex": 0j}
 _ONE = {"bool": True, "int": 1, "uint": 1, "float": 1.0, "complex": 1 + 0j}
 
 
-def empty_like(x, dtype=None, device=None) -> Tensor:
+def empty_like(x, /, *, dtype=None, device=None) -> Tensor:
+    """Like zeros_like(): a tensor of ``x``'s shape (anydevice never exposes uninitialized memory)."""
     return _like("empty_like", x, 0, dtype, device)
 
 

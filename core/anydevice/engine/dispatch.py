@@ -27,7 +27,7 @@ from anydevice.engine import autocast as _autocast
 from anydevice.engine import graph as _ag
 from anydevice.engine.tensor import Tensor, _detached, _wrap
 from anydevice.ops import load_all
-from anydevice.ops.registry import KEY_TYPES, MAX_SIZE, all_ops, check_category, fit_scalar, get_op, scalar_value
+from anydevice.ops.registry import KEY_TYPES, MAX_SIZE, REQUIRED, all_ops, check_category, fit_scalar, get_op, scalar_value
 from anydevice.runtime.allocator import fmt_bytes
 from anydevice.runtime.contract import DeviceArray
 from anydevice.runtime.devices import Device, as_device
@@ -136,25 +136,58 @@ def _depth() -> int:
 
 
 # --- argument binding ----------------------------------------------------------------------
+_binders: dict = {}
+
+
+def _binder(op):
+    """What binding needs of an op's signature: input names, attribute names, how many attributes
+    are positional-only / positional, the required ones (cached per op)."""
+    b = _binders.get(op.name)
+    if b is None:
+        posonly, npos = op.positions
+        required = tuple(k for k, v in op.attrs.items() if v is REQUIRED)
+        b = _binders[op.name] = (tuple(n.lstrip("*") for n in op.inputs), tuple(op.attrs), posonly, npos, required)
+    return b
+
+
+def _bind_error(op, what: str) -> TypeError:
+    sig = op.signature.replace(parameters=[p.replace(annotation=p.empty) for p in op.signature.parameters.values()])
+    return TypeError(f"{op.name}(): {what}; the signature is {op.name}{sig}")
+
+
 def _bind(op, args, kwargs):
-    n_in = len(op.inputs)
+    """Inputs and attributes from a call, as Python binds ``op.signature``: inputs and the first
+    ``posonly`` attributes by position only, keyword-only attributes by keyword only."""
+    in_names, names, posonly, npos, required = _binder(op)
+    n_in = len(in_names)
     if len(args) < n_in:
-        missing = [n.lstrip("*") for n in op.inputs[len(args):] if n.lstrip("*") not in kwargs]
-        args = tuple(args) + tuple(kwargs.pop(n.lstrip("*")) for n in op.inputs[len(args):] if n.lstrip("*") in kwargs)
-        if missing and len(args) < n_in:
-            raise TypeError(f"{op.name}() missing required input(s): {', '.join(missing)}")
+        missing = in_names[len(args):]
+        given = [n for n in missing if n in kwargs]
+        if given:
+            raise _bind_error(op, f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} positional-only: pass "
+                                  f"{'it' if len(given) == 1 else 'them'} by position, not as a keyword")
+        raise _bind_error(op, f"missing required input(s): {', '.join(missing)}")
     inputs, rest = args[:n_in], args[n_in:]
-    names = list(op.attrs)
-    if len(rest) > len(names):
-        raise TypeError(f"{op.name}() takes {n_in + len(names)} positional arguments but {len(args)} were given")
+    if len(rest) > npos:
+        kw = f" ({', '.join(names[npos:])} keyword-only)" if npos < len(names) else ""
+        raise _bind_error(op, f"takes {n_in + npos} positional argument(s){kw} but {len(args)} were given")
     attrs = dict(op.attrs)
     for k, v in zip(names, rest):
         attrs[k] = v
     for k, v in kwargs.items():
         if k not in attrs:
-            allowed = ", ".join(n.lstrip("*") for n in op.inputs) + (", " if names else "") + ", ".join(names)
-            raise TypeError(f"{op.name}() got an unexpected argument {k!r}; it takes: {allowed}")
+            if k in in_names:
+                raise _bind_error(op, f"{k} is positional-only: pass it by position, not as a keyword")
+            raise _bind_error(op, f"got an unexpected argument {k!r}")
+        j = names.index(k)
+        if j < posonly:
+            raise _bind_error(op, f"{k} is positional-only: pass it by position, not as a keyword")
+        if j < len(rest):
+            raise _bind_error(op, f"got multiple values for argument {k!r}")
         attrs[k] = v
+    for k in required:
+        if attrs[k] is REQUIRED:
+            raise _bind_error(op, f"missing required argument {k!r}")
     return inputs, attrs
 
 
@@ -650,14 +683,34 @@ def op_function(op):
             return call(op, args, kwargs)
 
         fn.__name__ = fn.__qualname__ = op.name
-        fn.__doc__ = op.doc or f"The {op.name} op (see anydevice.api.op({op.name!r}))."
+        fn.__doc__ = op_doc(op)
+        fn.__signature__ = op.signature
         fn.__module__ = "anydevice"
         fn.op = op
         _functions[op.name] = fn
     return fn
 
 
-def full_like(x, fill_value, dtype=None, device=None) -> Tensor:
+def op_doc(op) -> str:
+    """The docstring of an op's function, from its registry entry: what it computes, its
+    parameters (inputs with the dtypes they accept, attributes with what they allow), the result
+    and how devices run it."""
+    lines = [(op.doc or f"The {op.name} op.").strip(), "", "Parameters", "----------"]
+    for n in op.inputs:
+        what = "a list or tuple of Tensors" if n.startswith("*") else "Tensor (or a Python scalar)"
+        lines += [f"{n.lstrip('*')} : {what}", f"    dtypes: {', '.join(d.name for d in op.supported_dtypes)}"]
+    for k, a in op.schema.items():
+        default = "required" if a.default is REQUIRED else f"default {a.default!r}"
+        lines += [f"{k} : {a.annotation}, {default}", f"    {a.allowed()}"]
+    outs = ", ".join(op.outputs) if getattr(op, "outputs", None) else "one Tensor"
+    kind = ("a primitive: backends implement it natively, else it runs on the CPU" if op.primitive
+            else "a composite: devices without a native kernel run its decomposition into other ops")
+    lines += ["", "Returns", "-------", f"{outs} ({op.category or 'op'}; {kind}).",
+              "", f"Registry entry: anydevice.api.op({op.name!r})."]
+    return "\n".join(lines)
+
+
+def full_like(x, /, fill_value, *, dtype=None, device=None) -> Tensor:
     """A tensor of ``x``'s shape filled with ``fill_value`` (dtype and device default to ``x``'s)."""
     return _like("full_like", x, fill_value, dtype, device)
 
@@ -695,11 +748,13 @@ def _coerce(name, v, d):
     return complex(v)
 
 
-def zeros_like(x, dtype=None, device=None) -> Tensor:
+def zeros_like(x, /, *, dtype=None, device=None) -> Tensor:
+    """A tensor of zeros of ``x``'s shape (dtype and device default to ``x``'s)."""
     return _like("zeros_like", x, 0, dtype, device)
 
 
-def ones_like(x, dtype=None, device=None) -> Tensor:
+def ones_like(x, /, *, dtype=None, device=None) -> Tensor:
+    """A tensor of ones of ``x``'s shape (dtype and device default to ``x``'s)."""
     return _like("ones_like", x, 1, dtype, device)
 
 

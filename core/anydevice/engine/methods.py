@@ -20,6 +20,7 @@ from anydevice.engine.tensor import Tensor, _new, to_device
 from anydevice.ops.indexing import canonical_key
 from anydevice.ops.registry import all_ops as _all_ops
 from anydevice.ops.registry import get_op, normalize_axis
+from anydevice.runtime import streams as _streams
 from anydevice.runtime.devices import as_device, register_cache
 
 
@@ -58,6 +59,22 @@ def to(self, device=None, dtype=None, non_blocking: bool = False) -> Tensor:
     return t
 
 
+def _to_device(self, device, /, *, stream=None) -> Tensor:
+    """Array API ``to_device``: this tensor on ``device`` (itself when it is already there); a
+    ``stream`` of that device queues the copy there instead of on its current stream."""
+    dev = as_device(device)
+    if stream is None or dev is self.device:
+        return to_device(self, dev)
+    if not isinstance(stream, _streams.Stream) or stream.device is not dev:
+        raise ValueError(f"to_device(): stream must be None or a Stream of {dev}, not {stream!r}")
+    old = _streams.current_stream(dev)
+    _streams.set_stream(stream)
+    try:
+        return to_device(self, dev, True)
+    finally:
+        _streams.set_stream(old)
+
+
 def cpu(self) -> Tensor:
     return to(self, "cpu")
 
@@ -73,7 +90,7 @@ def reshape(self, *shape) -> Tensor:
 
 
 # --- indexing -----------------------------------------------------------------------------------
-def getitem(x, key):
+def getitem(x, key, /):
     """``x[key]``: an integer-tensor key gathers rows (``take``), anything else is a static key."""
     if isinstance(key, Tensor) and key.ndim == 1 and key.dtype.kind in ("int", "uint"):
         return xp.take(x, key, axis=0)
@@ -101,7 +118,7 @@ def setitem(x, key, value):
     return xp.setitem(x, value, key=k)
 
 
-def _setitem_method(self, key, value) -> None:
+def _setitem_method(self, key, value, /) -> None:
     self._rebind(setitem(self, key, value))
 
 
@@ -190,7 +207,7 @@ def _binop(opname: str, reflected: bool = False, symbol: str = ""):
     apply = _dispatch.apply
     observers = _dispatch._observers
 
-    def fwd(self, other):
+    def fwd(self, other, /):
         t_other = type(other)
         if t_other is not Tensor and t_other not in _SCALARS:
             other = _operand(other, True, symbol)
@@ -217,7 +234,7 @@ def _binop(opname: str, reflected: bool = False, symbol: str = ""):
                     return t
         return apply(op, [self, other], {})
 
-    def rev(self, other):
+    def rev(self, other, /):
         if type(other) not in _SCALARS:
             other = _operand(other, False, symbol)
             if other is NotImplemented:
@@ -239,7 +256,7 @@ def _binop(opname: str, reflected: bool = False, symbol: str = ""):
 def _inplace(opname: str, symbol: str = ""):
     fwd = _binop(opname, symbol=symbol)
 
-    def inplace(self, other):
+    def inplace(self, other, /):
         result = fwd(self, other)
         if result is NotImplemented:
             return NotImplemented
@@ -405,7 +422,7 @@ def _generated_methods() -> dict:
 
 
 _METHODS = {
-    "backward": backward, "to": to, "to_device": to, "cpu": cpu, "astype": astype, "reshape": reshape,
+    "backward": backward, "to": to, "to_device": _to_device, "cpu": cpu, "astype": astype, "reshape": reshape,
     "__getitem__": getitem, "__setitem__": _setitem_method,
 }
 _PROPERTIES = {"T": _T, "mT": _mT}

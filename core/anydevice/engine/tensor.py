@@ -203,7 +203,7 @@ class Tensor:
         memo[id(self)] = out
         return out
 
-    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+    def __dlpack__(self, /, *, stream=None, max_version=None, dl_device=None, copy=None):
         be = self.device._backend
         fn = getattr(be.runtime, "dlpack", None)
         if fn is not None:

@@ -13,6 +13,7 @@ import numpy as np
 from anydevice.base import dtypes as _dt
 from anydevice.ops.registry import (
     MAX_SIZE,
+    REQUIRED,
     Bool,
     Device,
     DType,
@@ -40,7 +41,7 @@ def _full_ref(shape, fill_value, dtype, device=None):
     return np.full(shape, fill_value, dtype=_dt.dtype(dtype).numpy)
 
 
-define("full", attrs={"shape": Shape(), "fill_value": Scalar(0, fits="dtype"), "dtype": DType(), "device": Device()},
+define("full", positional=2, attrs={"shape": Shape(REQUIRED), "fill_value": Scalar(REQUIRED, fits="dtype"), "dtype": DType(), "device": Device()},
        dtype_rule=_full_rule, canon=lambda s, a: {**a, "shape": check_shape(a["shape"], "full"), "dtype": _full_rule([], a)[1]},
        shape_rule=lambda s, a: a["shape"], reference=_full_ref, category="creation", differentiable=False)
 
@@ -91,7 +92,7 @@ def _arange_len(start, stop, step):
 
 
 _REAL = Scalar(0, kinds=(int, float), finite=True)
-define("arange", attrs={"start": _REAL, "stop": Optional(_REAL), "step": Scalar(1, kinds=(int, float), finite=True),
+define("arange", positional=(1, 3), attrs={"start": Scalar(REQUIRED, kinds=(int, float), finite=True), "stop": Optional(_REAL), "step": Scalar(1, kinds=(int, float), finite=True),
                         "dtype": DType(), "device": Device()},
        dtype_rule=_arange_rule, canon=_canon_arange,
        shape_rule=lambda s, a: (_arange_len(a["start"], a["stop"], a["step"]),),
@@ -118,7 +119,7 @@ def _eye_ref(n_rows, n_cols=None, k=0, dtype=None, device=None):
     return np.eye(n_rows, n_cols, k=k, dtype=_eye_rule([], {"dtype": dtype})[1].numpy)
 
 
-define("eye", attrs={"n_rows": Int(0, lo=0), "n_cols": Optional(Int(0, lo=0)), "k": Int(0), "dtype": DType(),
+define("eye", positional=(2, 2), attrs={"n_rows": Int(REQUIRED, lo=0), "n_cols": Optional(Int(0, lo=0)), "k": Int(0), "dtype": DType(),
                      "device": Device()}, dtype_rule=_eye_rule,
        shape_rule=lambda s, a: (a["n_rows"], a["n_rows"] if a["n_cols"] is None else a["n_cols"]),
        reference=_eye_ref, decomposition=_eye, category="creation", differentiable=False)
@@ -146,9 +147,51 @@ def _linspace(xp, start, stop, num, dtype=None, device=None, endpoint=True):
     return out if out.dtype is d else xp.astype(out, d)
 
 
-_NUMBER = Scalar(0.0, kinds=(int, float, complex))
-define("linspace", attrs={"start": _NUMBER, "stop": Scalar(1.0, kinds=(int, float, complex)), "num": Int(50, lo=0),
+_NUMBER = Scalar(REQUIRED, kinds=(int, float, complex))
+define("linspace", positional=(2, 3), attrs={"start": _NUMBER, "stop": _NUMBER, "num": Int(REQUIRED, lo=0),
                           "dtype": DType(), "device": Device(), "endpoint": Bool(True)},
        dtype_rule=_linspace_rule, shape_rule=lambda s, a: (a["num"],),
        reference=lambda start, stop, num, dtype=None, device=None, endpoint=True: np.linspace(start, stop, num, endpoint=endpoint),
        decomposition=_linspace, category="creation", differentiable=False)
+
+
+# --- tril / triu ------------------------------------------------------------------------------------------
+def _tri_shape(name):
+    def rule(shapes, attrs):
+        if len(shapes[0]) < 2:
+            raise ValueError(f"{name}(): x must have at least 2 dimensions (a stack of matrices), got shape {shapes[0]}")
+        return shapes[0]
+
+    return rule
+
+
+def _tri(lower: bool):
+    def decomposition(xp, x, k=0):
+        m, n = x.shape[-2:]
+        r = xp.reshape(xp.arange(m, device=x.device), (m, 1)) + k
+        c = xp.reshape(xp.arange(n, device=x.device), (1, n))
+        return xp.where(xp.greater_equal(r, c) if lower else xp.less_equal(r, c), x, xp.zeros_like(x))
+
+    return decomposition
+
+
+def _tri_samples(name):
+    def gen(d, rng):
+        from anydevice.ops.samples import table
+
+        return table(name, [([(4, 4)], {}, "(4, 4)"), ([(3, 5)], {"k": 1}, "(3, 5), k=1"),
+                            ([(5, 3)], {"k": -2}, "(5, 3), k=-2"), ([(2, 3, 3)], {"k": 7}, "stack, k beyond the size"),
+                            ([(3, 3)], {"k": -7}, "k below every row"), ([(0, 3)], {}, "empty")])(d, rng)
+
+    return gen
+
+
+for _name, _lower in (("tril", True), ("triu", False)):
+    define(_name, positional=0, inputs=("x",), attrs={"k": Int(0)}, dtype_rule=lambda ds, a: (ds[0], ds[0]),
+           shape_rule=_tri_shape(_name), reference=(lambda x, k=0: np.tril(x, k)) if _lower else (lambda x, k=0: np.triu(x, k)),
+           vjp=(lambda xp, g, i, o, k=0: (xp.tril(g, k=k),)) if _lower else (lambda xp, g, i, o, k=0: (xp.triu(g, k=k),)),
+           decomposition=_tri(_lower), category="manipulation", samples=_tri_samples(_name),
+           doc=f"the {'lower' if _lower else 'upper'} triangle of each matrix: elements {'on and below' if _lower else 'on and above'} "
+               f"the k-th diagonal, zeros elsewhere (k > 0 is above the main diagonal)",
+           errors=[([np.ones(3, np.float32)], {}, ValueError, "1-D x"),
+                   ([np.ones((2, 2), np.float32)], {"k": 0.5}, TypeError, "float k")])

@@ -197,6 +197,6 @@ def _check_take(xp, inputs, attrs):
     check_index_range(xp, "take", "index", idx, -n, n, f"for axis {attrs['axis']} with size {n}")
 
 
-define("take", inputs=("x", "indices"), attrs={"axis": Optional(Axis())}, dtype_rule=_take_rule, canon=_canon_take, check=_check_take,
+define("take", positional=0, inputs=("x", "indices"), attrs={"axis": Optional(Axis())}, dtype_rule=_take_rule, canon=_canon_take, check=_check_take,
        shape_rule=_take_shape, reference=_take_ref, vjp=_vjp_take, category="indexing", domain="take",
        doc="gather along one axis; negative indices count from the end")

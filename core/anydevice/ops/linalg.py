@@ -29,7 +29,7 @@ def _matmul(xp, a, b):
     a2 = xp.expand_dims(a, axis=0) if a.ndim == 1 else a
     b2 = xp.expand_dims(b, axis=1) if b.ndim == 1 else b
     prod = xp.expand_dims(a2, axis=-1) * xp.expand_dims(b2, axis=-3)  # (..., m, k, n)
-    out = xp.sum(prod, axis=-2)
+    out = xp.sum(prod, axis=-2, dtype=prod.dtype)  # integers keep their dtype (sum would widen to int64)
     if a.ndim == 1:
         out = xp.squeeze(out, axis=-2)
     if b.ndim == 1:
@@ -73,22 +73,32 @@ define("matmul", inputs=("x1", "x2"), dtype_rule=same("numeric"), shape_rule=_mm
 
 
 def _vecdot_shape(shapes, attrs):
-    """The contracted axis counts from the end of the broadcast shape; both inputs must have it,
-    with one size (Array API: it is not broadcast)."""
+    """The contracted axis counts from the end (Array API: in [-N, -1] for N = min(x1.ndim, x2.ndim));
+    both inputs must have it, with one size (it is not broadcast); the other axes broadcast."""
     a, b = shapes
-    s = broadcast_shapes(a, b, opname="vecdot")
     axis, n = attrs["axis"], min(len(a), len(b))
-    k = axis - len(s) if 0 <= axis < len(s) else axis  # the axis, counted from the end
-    if not -n <= k < 0:
-        raise AxisError(f"vecdot(): axis {axis} is not an axis of both inputs {a} and {b} (allowed: {-n}..-1, or the "
-                        f"same axis counted from the front of the broadcast shape {s})")
-    if a[k] != b[k]:
-        raise ValueError(f"vecdot(): axis {axis} has different sizes in {a} and {b} ({a[k]} != {b[k]}); "
+    if not -n <= axis < 0:
+        raise AxisError(f"vecdot(): axis {axis} is not allowed for inputs of shapes {a} and {b} (allowed: "
+                        f"{-n}..-1 when both have dimensions; the axis counts from the last dimension)"
+                        if n else f"vecdot(): 0-d inputs {a} and {b} have no axis to contract")
+    if a[axis] != b[axis]:
+        raise ValueError(f"vecdot(): axis {axis} has different sizes in {a} and {b} ({a[axis]} != {b[axis]}); "
                          f"the contracted axis is not broadcast")
-    return s[:len(s) + k] + s[len(s) + k + 1:]
+    s = broadcast_shapes(a[:len(a) + axis] + a[len(a) + axis + 1:], b[:len(b) + axis] + b[len(b) + axis + 1:],
+                         opname="vecdot")
+    return s
 
 
-define("vecdot", inputs=("x1", "x2"), attrs={"axis": Int(-1)}, dtype_rule=same("real"), shape_rule=_vecdot_shape,
-       reference=lambda a, b, axis=-1: np.sum(np.conj(a) * b, axis=axis),
-       decomposition=lambda xp, a, b, axis=-1: xp.sum(a * b, axis=axis, dtype=a.dtype), category="linalg",
+def _vecdot(xp, a, b, axis=-1):
+    if a.dtype.kind == "complex":
+        a = xp.conj(a)
+    return xp.sum(a * b, axis=axis, dtype=a.dtype)
+
+
+define("vecdot", positional=0, inputs=("x1", "x2"), attrs={"axis": Int(-1)}, dtype_rule=same("numeric"), shape_rule=_vecdot_shape,
+       reference=lambda a, b, axis=-1: np.sum(np.conj(a) * b, axis=axis), doc="dot products of vectors along axis "
+       "(counted from the end): sum(conj(x1) * x2), the other axes broadcast",
+       decomposition=_vecdot, category="linalg",
+       errors=[([np.ones((3, 2), np.float32), np.ones((3, 2), np.float32)], {"axis": 0}, ValueError, "a non-negative axis"),
+               ([np.ones((2, 3), np.float32), np.ones((2, 1), np.float32)], {}, ValueError, "the contracted axis broadcast")],
        tolerance={"float32": (1e-5, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2)})  # half: a dot product, like matmul

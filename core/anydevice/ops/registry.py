@@ -94,14 +94,26 @@ class OpDef:
         return tuple(d for d in _dt.ALL_DTYPES if d in _allowed(self.dtypes))
 
     @property
+    def positions(self) -> tuple:
+        """``(posonly, npos)``: the first ``posonly`` attributes are positional-only, the first
+        ``npos`` may be passed by position, the rest are keyword-only (``positional=N`` means
+        ``(0, N)``, ``positional=(M, N)`` says both, None: every attribute by position or keyword)."""
+        p = self.positional
+        if p is None:
+            return 0, len(self.schema)
+        return tuple(p) if isinstance(p, tuple) else (0, p)
+
+    @property
     def signature(self) -> inspect.Signature:
-        """Inputs (positional) then attributes (positional or keyword) with defaults and the
-        schema's annotations, e.g. ``(x, /, axis: 'int | tuple[int, ...] | None' = None, ...)``."""
+        """Inputs (positional-only) then attributes, with defaults (none for :data:`REQUIRED`
+        ones), kinds from :attr:`positions` and the schema's annotations, e.g.
+        ``(x, /, *, axis: 'int | tuple[int, ...] | None' = None, keepdims: 'bool' = False)``."""
         P = inspect.Parameter
         ps = [P(n.lstrip("*"), P.POSITIONAL_ONLY) for n in self.inputs]
-        npos = len(self.schema) if self.positional is None else self.positional
-        ps += [P(k, P.POSITIONAL_OR_KEYWORD if j < npos else P.KEYWORD_ONLY, default=a.default, annotation=a.annotation)
-               for j, (k, a) in enumerate(self.schema.items())]
+        posonly, npos = self.positions
+        for j, (k, a) in enumerate(self.schema.items()):
+            kind = P.POSITIONAL_ONLY if j < posonly else P.POSITIONAL_OR_KEYWORD if j < npos else P.KEYWORD_ONLY
+            ps.append(P(k, kind, default=a.default, annotation=a.annotation))
         return inspect.Signature(ps)
 
     def validate(self, attrs: dict, in_shapes, in_dtypes) -> dict:
@@ -193,7 +205,6 @@ def _allowed(cat) -> frozenset:
 def check_category(opname: str, cat: str, d) -> None:
     if d not in _CATS[cat]:
         raise TypeError(f"{opname}() does not accept dtype {d.name}; it accepts {_CAT_TEXT[cat]}")
-
 
 
 def same(cat: str = "all"):
@@ -350,6 +361,9 @@ def _show(v) -> str:
     r = repr(v)
     return f"{type(v).__name__} {r if len(r) <= 40 else r[:37] + '...'}"
 
+
+#: The default of an attribute the caller must give (``squeeze``'s axis): the signature shows none.
+REQUIRED = inspect.Parameter.empty
 
 #: Types of attribute values a validation cache key may hold (never a tensor: a cache must not
 #: keep device memory alive). The engine adds its Device class.

@@ -306,6 +306,20 @@ def _shape_samples(table):
     return gen
 
 
+def table(name: str, rows) -> callable:
+    """``samples=`` for an op's own ``define()``: rows of (input shapes, attrs, description) as in
+    the per-op tables here, values from the op's domain, plus a smooth gradient sample of the first
+    row for differentiable ops."""
+
+    def gen(d, rng):
+        from anydevice.ops.registry import get_op
+
+        op = get_op(name)
+        return [s for s in _shape_samples(rows)(op, d, rng) if _valid(op, s)]
+
+    return gen
+
+
 _MANIP = {
     "reshape": [
         ([(2, 3, 4)], {"shape": (4, 6)}, "(2, 3, 4) -> (4, 6)"),
@@ -492,7 +506,7 @@ def _matmul(op, d, rng):
 
 def _vecdot(op, d, rng):
     rows = [([(2, 3), (2, 3)], {}, "(2, 3) . (2, 3)"), ([(2, 3), (3,)], {}, "broadcast (2, 3) . (3,)"),
-            ([(3, 2), (3, 2)], {"axis": 0}, "axis=0"), ([(0, 3), (0, 3)], {}, "empty")]
+            ([(3, 2), (3, 2)], {"axis": -2}, "axis=-2"), ([(4, 3, 2), (3, 1)], {"axis": -2}, "axis=-2, broadcast"), ([(0, 3), (0, 3)], {}, "empty")]
     out = [Sample([values(rng, d, s) for s in sh], a, desc) for sh, a, desc in rows]
     if d in _GRAD_DTYPES:
         out.append(Sample([smooth(rng, d, (2, 3)), smooth(rng, d, (3,))], {}, "smooth, broadcast", grad=True))

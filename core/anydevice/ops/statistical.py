@@ -92,17 +92,18 @@ def _flops(shapes, attrs):
 
 
 _AX = {"axis": Axes(None), "keepdims": Bool(False)}
-define("sum", inputs=("x",), attrs={**_AX, "dtype": DType()}, dtype_rule=_acc_rule("all"),
+_AX_DTYPE = {"axis": Axes(None), "dtype": DType(), "keepdims": Bool(False)}  # the standard's order
+define("sum", positional=0, inputs=("x",), attrs=_AX_DTYPE, dtype_rule=_acc_rule("all"),
        shape_rule=_rshape, reference=_ref_reduce(np.sum), vjp=_vjp_sum, canon=_canon_axes("sum"),
        category="reduction", flops=_flops, tolerance={"float32": (1e-5, 1e-4)}, dtypes="all",
        doc="sum over axes; integers accumulate in int64/uint64")
-define("prod", inputs=("x",), attrs={**_AX, "dtype": DType()}, dtype_rule=_acc_rule("numeric", "prod"), shape_rule=_rshape,
+define("prod", positional=0, inputs=("x",), attrs=_AX_DTYPE, dtype_rule=_acc_rule("numeric", "prod"), shape_rule=_rshape,
        reference=_ref_reduce(np.prod), vjp=_vjp_prod, canon=_canon_axes("prod"), category="reduction",
        flops=_flops, domain="prod", tolerance={"float32": (1e-4, 1e-4)}, dtypes="numeric")
-define("max", inputs=("x",), attrs=_AX, dtype_rule=_same_rule("real"), shape_rule=_rshape,
+define("max", positional=0, inputs=("x",), attrs=_AX, dtype_rule=_same_rule("real"), shape_rule=_rshape,
        reference=_ref_reduce(np.max), vjp=_vjp_extreme, canon=_canon_axes("max", empty_ok=False),
        category="reduction", flops=_flops)
-define("min", inputs=("x",), attrs=_AX, dtype_rule=_same_rule("real"), shape_rule=_rshape,
+define("min", positional=0, inputs=("x",), attrs=_AX, dtype_rule=_same_rule("real"), shape_rule=_rshape,
        reference=_ref_reduce(np.min), vjp=_vjp_extreme, canon=_canon_axes("min", empty_ok=False),
        category="reduction", flops=_flops)
 
@@ -144,10 +145,10 @@ def _index_rule(ds, attrs):
 
 _index_rule.category = "real"
 _ARG = {"axis": Optional(Axis()), "keepdims": Bool(False)}
-define("argmax", inputs=("x",), attrs=_ARG, dtype_rule=_index_rule, shape_rule=_argshape,
+define("argmax", positional=0, inputs=("x",), attrs=_ARG, dtype_rule=_index_rule, shape_rule=_argshape,
        reference=_argref(np.argmax), canon=_canon_arg("argmax"), category="reduction", differentiable=False,
        doc="index of the first maximum (flattened when axis is None)")
-define("argmin", inputs=("x",), attrs=_ARG, dtype_rule=_index_rule, shape_rule=_argshape,
+define("argmin", positional=0, inputs=("x",), attrs=_ARG, dtype_rule=_index_rule, shape_rule=_argshape,
        reference=_argref(np.argmin), canon=_canon_arg("argmin"), category="reduction", differentiable=False)
 
 
@@ -168,7 +169,7 @@ def _vjp_mean(xp, g, i, o, axis, keepdims):
 
 
 _float_rule = _same_rule("floating")
-define("mean", inputs=("x",), attrs=_AX, dtype_rule=_float_rule, shape_rule=_rshape,
+define("mean", positional=0, inputs=("x",), attrs=_AX, dtype_rule=_float_rule, shape_rule=_rshape,
        reference=_ref_reduce(np.mean), vjp=_vjp_mean, decomposition=_mean, canon=_canon_axes("mean"),
        category="reduction", flops=_flops, tolerance={"float32": (1e-5, 1e-4)})
 
@@ -204,11 +205,11 @@ def _std_vjp(xp, g, i, o, axis, keepdims, correction=0.0):
     return (dv / (expand_to(xp, o, i[0], axis, keepdims) * 2.0),)
 
 
-_CORR = {**_AX, "correction": Real(0.0, lo=0)}
-define("var", inputs=("x",), attrs=_CORR, dtype_rule=_same_rule("real_floating"), shape_rule=_rshape,
+_CORR = {"axis": Axes(None), "correction": Real(0.0, lo=0), "keepdims": Bool(False)}
+define("var", positional=0, inputs=("x",), attrs=_CORR, dtype_rule=_same_rule("real_floating"), shape_rule=_rshape,
        reference=_var_ref, vjp=_var_vjp, decomposition=_var, canon=_canon_axes("var"), category="reduction",
        flops=_flops, tolerance={"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2)})
-define("std", inputs=("x",), attrs=_CORR, dtype_rule=_same_rule("real_floating"), shape_rule=_rshape,
+define("std", positional=0, inputs=("x",), attrs=_CORR, dtype_rule=_same_rule("real_floating"), shape_rule=_rshape,
        reference=_std_ref, vjp=_std_vjp, decomposition=lambda xp, x, axis, keepdims, correction=0.0: xp.sqrt(xp.var(x, axis=axis, keepdims=keepdims, correction=correction)),
        canon=_canon_axes("std"), category="reduction", flops=_flops, tolerance={"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2)})
 
@@ -225,10 +226,10 @@ def _nonzero_count(xp, x, axis, keepdims):
     return xp.sum(xp.astype(nz, _dt.int64), axis=axis, keepdims=keepdims)
 
 
-define("any", inputs=("x",), attrs=_AX, dtype_rule=_bool_rule, shape_rule=_rshape,
+define("any", positional=0, inputs=("x",), attrs=_AX, dtype_rule=_bool_rule, shape_rule=_rshape,
        reference=_ref_reduce(np.any), canon=_canon_axes("any"), category="reduction", differentiable=False,
        decomposition=lambda xp, x, axis, keepdims: xp.greater(_nonzero_count(xp, x, axis, keepdims), 0))
-define("all", inputs=("x",), attrs=_AX, dtype_rule=_bool_rule, shape_rule=_rshape,
+define("all", positional=0, inputs=("x",), attrs=_AX, dtype_rule=_bool_rule, shape_rule=_rshape,
        reference=_ref_reduce(np.all), canon=_canon_axes("all"), category="reduction", differentiable=False,
        decomposition=lambda xp, x, axis, keepdims: xp.equal(_nonzero_count(xp, x, axis, keepdims), _count(x.shape, axis)))
 
@@ -251,6 +252,6 @@ def _lse_vjp(xp, g, i, o, axis, keepdims):
     return (expand_to(xp, g, x, axis, keepdims) * xp.exp(x - expand_to(xp, o, x, axis, keepdims)),)
 
 
-define("logsumexp", inputs=("x",), attrs=_AX, dtype_rule=_same_rule("real_floating"), shape_rule=_rshape,
+define("logsumexp", positional=0, inputs=("x",), attrs=_AX, dtype_rule=_same_rule("real_floating"), shape_rule=_rshape,
        reference=_lse_ref, vjp=_lse_vjp, decomposition=_logsumexp, canon=_canon_axes("logsumexp", empty_ok=False),
        category="reduction", flops=_flops)
