@@ -134,7 +134,7 @@ def test_repeat_int_and_tensor():
     assert ad.repeat(x, ad.asarray([2, 1]), axis=1).tolist() == np.repeat([[1, 2], [3, 4]], [2, 1], axis=1).tolist()
     with pytest.raises(ValueError, match=r"repeat\(\): repeats must be a non-negative int, not int -1"):
         ad.repeat(x, -1)
-    with pytest.raises(TypeError, match=r"repeat\(\) takes 2 positional arguments but 3 were given"):
+    with pytest.raises(TypeError, match=r"repeat\(\): too many positional arguments; the signature is repeat\(x: .Tensor., repeats"):
         ad.repeat(x, 2, 0)
 
 

@@ -3,6 +3,9 @@ results (``meshgrid``, ``broadcast_arrays``, ``unstack``), optional tensor argum
 ``prepend``/``append``), a Tensor-or-int argument (``repeat``) or a device move (``astype``)."""
 from __future__ import annotations
 
+import functools
+import inspect
+
 from anydevice.engine.dispatch import op_function
 from anydevice.engine.tensor import Tensor, to_device
 from anydevice.ops.registry import broadcast_shapes, get_op, normalize_axis
@@ -12,6 +15,22 @@ __all__ = ["meshgrid", "broadcast_arrays", "unstack", "repeat", "diff", "astype"
 
 def _op(name):
     return op_function(get_op(name))
+
+
+def _checked(fn):
+    """``fn`` whose arguments are bound against its signature first, so a wrong call raises an
+    anydevice TypeError naming the function and showing the signature (as the op functions do)."""
+    sig = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            sig.bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{fn.__name__}(): {e}; the signature is {fn.__name__}{sig}") from None
+        return fn(*args, **kwargs)
+
+    return wrapper
 
 
 def _tensors(name: str, arrays) -> list:
@@ -25,6 +44,7 @@ def _tensors(name: str, arrays) -> list:
     return list(arrays)
 
 
+@_checked
 def meshgrid(*arrays: Tensor, indexing: str = "xy") -> list[Tensor]:
     """Coordinate matrices from 1-D arrays: the i-th result holds ``arrays[i]`` along its axis,
     broadcast to the shape of all of them. ``indexing="xy"`` (Cartesian) swaps the first two axes
@@ -51,6 +71,7 @@ def meshgrid(*arrays: Tensor, indexing: str = "xy") -> list[Tensor]:
     return out
 
 
+@_checked
 def broadcast_arrays(*arrays: Tensor) -> list[Tensor]:
     """The arrays broadcast against each other (one shape, Array API broadcasting)."""
     arrays = _tensors("broadcast_arrays", arrays)
@@ -60,6 +81,7 @@ def broadcast_arrays(*arrays: Tensor) -> list[Tensor]:
     return [_op("broadcast_to")(a, shape) for a in arrays]
 
 
+@_checked
 def unstack(x: Tensor, /, *, axis: int = 0) -> tuple[Tensor, ...]:
     """The slices of ``x`` along ``axis``, as a tuple of ``x.shape[axis]`` arrays of one dimension less."""
     if not isinstance(x, Tensor):
@@ -69,6 +91,7 @@ def unstack(x: Tensor, /, *, axis: int = 0) -> tuple[Tensor, ...]:
     return tuple(x[lead + (k,)] for k in range(x.shape[axis]))
 
 
+@_checked
 def repeat(x: Tensor, repeats: int | Tensor, /, *, axis: int | None = None) -> Tensor:
     """Each element of ``x`` repeated along ``axis`` (None: of the flattened array): ``repeats``
     times (a non-negative int), or ``repeats[i]`` times for element i (a 1-D integer Tensor of one
@@ -82,6 +105,7 @@ def repeat(x: Tensor, repeats: int | Tensor, /, *, axis: int | None = None) -> T
     return _op("repeat")(x, repeats, axis=axis)
 
 
+@_checked
 def diff(x: Tensor, /, *, axis: int = -1, n: int = 1, prepend: Tensor | None = None,
          append: Tensor | None = None) -> Tensor:
     """The n-th forward difference along ``axis``: ``out[i] = x[i + 1] - x[i]``, applied ``n`` times.
@@ -105,6 +129,7 @@ def diff(x: Tensor, /, *, axis: int = -1, n: int = 1, prepend: Tensor | None = N
     return _op("diff")(x, axis=axis, n=n)
 
 
+@_checked
 def astype(x: Tensor, dtype, /, *, copy: bool = True, device=None) -> Tensor:
     """``x`` converted to ``dtype`` (float to int truncates; out-of-range values are undefined),
     then moved to ``device`` when one is given. ``copy=False`` returns ``x`` itself when nothing
@@ -113,6 +138,7 @@ def astype(x: Tensor, dtype, /, *, copy: bool = True, device=None) -> Tensor:
     return out if device is None else to_device(out, device)
 
 
+@_checked
 def moveaxis(x: Tensor, source, destination, /) -> Tensor:
     """Move axes ``source`` (an int or a tuple of ints) to the positions ``destination`` (as many);
     the other axes keep their order."""
