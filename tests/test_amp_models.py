@@ -17,7 +17,7 @@ REL_TOL = 0.08
 
 
 def _digits():
-    sklearn = pytest.importorskip("sklearn", reason="scikit-learn provides the digits data")
+    pytest.importorskip("sklearn", reason="scikit-learn provides the digits data")
     from sklearn.datasets import load_digits
 
     d = load_digits()
