@@ -46,8 +46,9 @@ def test_setitem_forms_and_errors():
         x[0] = ad.ones(3)
     with pytest.raises(TypeError, match="cannot assign a float64"):
         x[0] = ad.ones(4, dtype=ad.float64)
-    with pytest.raises(IndexError, match="boolean mask"):
-        x[x > 0]
+    with pytest.raises(IndexError, match="boolean mask"):  # a mask works only as the whole index
+        x[x > 0, 0]
+    assert np.array_equal(x[x > 0].numpy(), x.numpy()[x.numpy() > 0])
 
 
 def test_repr_shows_device_and_scalars():
