@@ -436,7 +436,9 @@ define("repeat", positional=(1, 1), inputs=("x",), attrs={"repeats": Int(REQUIRE
 def _canon_diff(shapes, attrs):
     if not shapes[0]:
         raise ValueError("diff(): x must have at least one dimension, got a 0-d array")
-    return {**attrs, "axis": normalize_axis(attrs["axis"], len(shapes[0]), "diff")}
+    axis = normalize_axis(attrs["axis"], len(shapes[0]), "diff")
+    # n beyond the axis length gives the same empty result as n equal to it (and never loops n times)
+    return {**attrs, "axis": axis, "n": min(attrs["n"], shapes[0][axis])}
 
 
 def _diff_shape(shapes, attrs):
