@@ -138,8 +138,9 @@ def composites(cp) -> dict:
         "matrix_power": matrix_power, "outer": cp.outer, "cross": lambda a, b, axis: cp.cross(a, b, axis=axis),
         "trace": lambda x, offset, dtype=None: cp.trace(x, offset=offset, axis1=-2, axis2=-1, dtype=x.dtype),
         "diagonal": lambda x, offset: cp.diagonal(x, offset=offset, axis1=-2, axis2=-1).copy(),
-        "fftshift": lambda x, axes: cp.fft.fftshift(x, axes=axes),
-        "ifftshift": lambda x, axes: cp.fft.ifftshift(x, axes=axes),
+        # a 0-d array has nothing to shift (numpy's roll refuses an empty list of shifts)
+        "fftshift": lambda x, axes: cp.fft.fftshift(x, axes=axes) if x.ndim else x.copy(),
+        "ifftshift": lambda x, axes: cp.fft.ifftshift(x, axes=axes) if x.ndim else x.copy(),
     }
 
 

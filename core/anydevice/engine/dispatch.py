@@ -95,10 +95,13 @@ def reset_sync_counts() -> None:
         _syncs.clear()
 
 
-def _data_shape(op, inputs, attrs, device) -> dict:
+def _data_shape(op, inputs, attrs, device, in_dtypes) -> dict:
     """Fill the attributes whose sizes depend on the data: ``op.data_shape`` computes them on the
     device (0-d integer tensors), and they are read back in ONE synchronization (counted by
-    :func:`sync_counts`); the shape rule and the kernels then see static sizes."""
+    :func:`sync_counts`); the shape rule and the kernels then see static sizes. Python scalar
+    inputs reach the rule as 0-d tensors of the dtype they adopt."""
+    if any(not isinstance(x, (Tensor, list)) for x in inputs):
+        inputs = [x if isinstance(x, (Tensor, list)) else _scalar_tensor(x, d, device) for x, d in zip(inputs, in_dtypes)]
     with _ag.no_grad():
         need = op.data_shape(xp, inputs, attrs)
         if not need:
@@ -301,7 +304,7 @@ def apply(op, inputs, attrs):
                 raise _NeedsFallback(op.name)
             be.check_dtype(device.index, od)
     if op.data_shape is not None:  # sizes that depend on the data: computed on the device, read back once
-        attrs = _data_shape(op, inputs, attrs, device)
+        attrs = _data_shape(op, inputs, attrs, device, in_dtypes)
     if op.canon is not None:
         attrs = op.canon(shapes, attrs)
     out_shape = op.shape_rule(shapes, attrs)
@@ -538,13 +541,23 @@ def _execute(op, inputs, attrs, device, compute, out_shape, out_dtype):
         return _run_kernel(kernel, device, inputs, attrs, out_shape, out_dtype), NATIVE
     depth = _depth()
     if path == DECOMPOSED:
+        # a decomposition may need the CPU for some attribute values only (gelu's erf form on a
+        # device without erf, not its tanh form): such a fallback is remembered per attribute values
+        akey = (key, tuple(attrs.values())) if op.attrs and all(_plain(v) for v in attrs.values()) else None
+        if akey is not None and akey in op.plans:
+            return _fallback(op, inputs, attrs, device), FALLBACK
         if depth > 0:
             return _decompose(op, inputs, attrs, device, compute, out_dtype), DECOMPOSED
         _tls.depth = 1
         try:
             return _decompose(op, inputs, attrs, device, compute, out_dtype), DECOMPOSED
         except _NeedsFallback:
-            op.plans[key] = (FALLBACK, None)
+            if akey is None:
+                op.plans[key] = (FALLBACK, None)
+            else:
+                if len(op.plans) > 1024:
+                    op.plans.clear()
+                op.plans[akey] = (FALLBACK, None)
         finally:
             _tls.depth = 0
     elif depth > 0:

@@ -165,6 +165,15 @@ def _tri_shape(name):
     return rule
 
 
+def _tri_canon(shapes, attrs):
+    """A k beyond every row or column selects everything or nothing, as k at the matrix's edge does
+    (kernels never see a k that C integers cannot hold)."""
+    s = shapes[0]
+    if len(s) < 2:
+        return attrs
+    return {**attrs, "k": max(-s[-2], min(s[-1], attrs["k"]))}
+
+
 def _tri(lower: bool):
     def decomposition(xp, x, k=0):
         m, n = x.shape[-2:]
@@ -188,7 +197,7 @@ def _tri_samples(name):
 
 for _name, _lower in (("tril", True), ("triu", False)):
     define(_name, positional=0, inputs=("x",), attrs={"k": Int(0)}, dtype_rule=lambda ds, a: (ds[0], ds[0]),
-           shape_rule=_tri_shape(_name), reference=(lambda x, k=0: np.tril(x, k)) if _lower else (lambda x, k=0: np.triu(x, k)),
+           shape_rule=_tri_shape(_name), canon=_tri_canon, reference=(lambda x, k=0: np.tril(x, k)) if _lower else (lambda x, k=0: np.triu(x, k)),
            vjp=(lambda xp, g, i, o, k=0: (xp.tril(g, k=k),)) if _lower else (lambda xp, g, i, o, k=0: (xp.triu(g, k=k),)),
            decomposition=_tri(_lower), category="manipulation", samples=_tri_samples(_name),
            doc=f"the {'lower' if _lower else 'upper'} triangle of each matrix: elements {'on and below' if _lower else 'on and above'} "

@@ -414,7 +414,8 @@ def _shift_samples(d, rng):
 for _name, _inv, _ref in (("fftshift", False, np.fft.fftshift), ("ifftshift", True, np.fft.ifftshift)):
     define(_name, inputs=("x",), attrs={"axes": Axes(None)}, positional=0, namespace="fft",
            dtype_rule=lambda ds, a: (ds[0], ds[0]), dtypes="floating", shape_rule=lambda s, a: tuple(s[0]),
-           reference=lambda x, axes=None, _r=_ref: _r(x, axes=axes), decomposition=_shift(_inv), category="fft",
+           reference=lambda x, axes=None, _r=_ref: _r(x, axes=axes) if np.ndim(x) else np.array(x, copy=True),
+           decomposition=_shift(_inv), category="fft",
            samples=_shift_samples, errors=[([np.ones(4, np.int32)], {}, TypeError, "int32 input"),
                                            ([np.ones(4, np.float32)], {"axes": 1}, ValueError, "axis out of range")],
            doc=f"{_name}(x, /, *, axes=None): {'undo fftshift' if _inv else 'move the zero frequency to the centre'}")

@@ -681,11 +681,20 @@ def _diagonal_shape(op):
     return rule
 
 
+def _clamp_offset(shapes, attrs):
+    """An offset beyond the matrix gives the same empty diagonal as one at its edge (kernels never
+    see an offset C integers cannot hold)."""
+    s = shapes[0]
+    if len(s) < 2:
+        return attrs
+    return {**attrs, "offset": max(-s[-2], min(s[-1], attrs["offset"]))}
+
+
 _DIAG_ROWS = [([(3, 4)], {}, "(3, 4)"), ([(3, 4)], {"offset": 1}, "offset 1"), ([(2, 4, 3)], {"offset": -2}, "offset -2"),
               ([(2, 3)], {"offset": 5}, "offset past the end"), ([(0, 3)], {}, "empty")]
 
 define("diagonal", inputs=("x",), attrs={"offset": Int(0)}, positional=0, namespace="linalg",
-       dtype_rule=same("all"), shape_rule=_diagonal_shape("diagonal"),
+       dtype_rule=same("all"), shape_rule=_diagonal_shape("diagonal"), canon=_clamp_offset,
        reference=lambda x, offset=0: np.diagonal(x, offset=offset, axis1=-2, axis2=-1).copy(),
        decomposition=_diagonal, category="linalg",
        samples=_rows(_values, _DIAG_ROWS, [([(3, 3)], {"offset": -1}, "smooth")]),
@@ -693,7 +702,7 @@ define("diagonal", inputs=("x",), attrs={"offset": Int(0)}, positional=0, namesp
        doc="diagonal(x, /, *, offset=0): the diagonal of the last two axes (offset > 0: above it)")
 
 define("trace", inputs=("x",), attrs={"offset": Int(0), "dtype": DType()}, positional=0, namespace="linalg",
-       dtype_rule=_acc_rule("numeric", "trace"), shape_rule=_diagonal_shape("trace"),
+       dtype_rule=_acc_rule("numeric", "trace"), shape_rule=_diagonal_shape("trace"), canon=_clamp_offset,
        reference=lambda x, offset=0, dtype=None: np.trace(x, offset=offset, axis1=-2, axis2=-1),
        decomposition=lambda xp, x, offset=0, dtype=None: xp.sum(xp.diagonal(x, offset=offset), axis=-1, dtype=x.dtype),
        category="linalg", samples=_rows(_values, _DIAG_ROWS, [([(3, 3)], {}, "smooth")]),

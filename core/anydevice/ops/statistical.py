@@ -206,12 +206,24 @@ def _std_vjp(xp, g, i, o, axis, keepdims, correction=0.0):
 
 
 _CORR = {"axis": Axes(None), "correction": Real(0.0, lo=0), "keepdims": Bool(False)}
+
+
+def _canon_corr(name):
+    axes = _canon_axes(name)
+
+    def canon(shapes, attrs):  # a float correction: kernels never see an int beyond a C long
+        out = axes(shapes, attrs)
+        return {**out, "correction": float(out["correction"])}
+
+    return canon
+
+
 define("var", positional=0, inputs=("x",), attrs=_CORR, dtype_rule=_same_rule("real_floating"), shape_rule=_rshape,
-       reference=_var_ref, vjp=_var_vjp, decomposition=_var, canon=_canon_axes("var"), category="reduction",
+       reference=_var_ref, vjp=_var_vjp, decomposition=_var, canon=_canon_corr("var"), category="reduction",
        flops=_flops, tolerance={"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2)})
 define("std", positional=0, inputs=("x",), attrs=_CORR, dtype_rule=_same_rule("real_floating"), shape_rule=_rshape,
        reference=_std_ref, vjp=_std_vjp, decomposition=lambda xp, x, axis, keepdims, correction=0.0: xp.sqrt(xp.var(x, axis=axis, keepdims=keepdims, correction=correction)),
-       canon=_canon_axes("std"), category="reduction", flops=_flops, tolerance={"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2)})
+       canon=_canon_corr("std"), category="reduction", flops=_flops, tolerance={"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2)})
 
 
 def _bool_rule(ds, attrs):
