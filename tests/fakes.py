@@ -108,3 +108,43 @@ class RaisingPlugin(FakePlugin):
     @hookimpl
     def anydevice_create_runtime(self, device_type):
         raise self.exc
+
+
+def host_kernel(fn):
+    """An ``out=True`` kernel of a fake device that computes with a cpu kernel on host copies of its
+    inputs (one output buffer, or a tuple of them for a multi-output op)."""
+    def k(ctx, out, *bufs, **attrs):
+        rt = ctx.runtime
+
+        def host(b):
+            if isinstance(b, list):
+                return [host(e) for e in b]
+            a = np.empty(b.shape, b.dtype.numpy)
+            rt.copy_d2h(ctx.index, a, b.handle, b.byte_offset)
+            return a
+
+        r = fn(None, *[host(b) for b in bufs], **attrs)
+        for o, v in zip(out, r) if isinstance(out, tuple) else ((out, r),):
+            rt.copy_h2d(ctx.index, o.handle, o.byte_offset, np.ascontiguousarray(v, dtype=o.dtype.numpy))
+
+    return k
+
+
+@contextlib.contextmanager
+def primitives_only(device_type: str):
+    """A device type whose plugin implements exactly the registry's primitives (the cpu's math on
+    host copies), with the CPU fallback forbidden while it is installed."""
+    from anydevice.backend import KernelTable
+    from anydevice.engine import dispatch
+    from anydevice.ops.registry import primitives
+    from anydevice_cpu.kernels import register
+
+    cpu = KernelTable("cpu")
+    register(cpu)
+    kernels = {o.name: (host_kernel(cpu.lookup(o.name, None).fn), True) for o in primitives()}
+    with installed(FakePlugin(types=(device_type,), runtime=HostRuntime(count=1), kernels=kernels)):
+        old = dispatch.set_fallback_mode("error")  # any CPU fallback raises
+        try:
+            yield device_type
+        finally:
+            dispatch.set_fallback_mode(old)

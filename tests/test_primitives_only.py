@@ -4,48 +4,17 @@ forbidden. This keeps the claim "implement the primitives and every op runs on-d
 ops are added."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
-from fakes import FakePlugin, HostRuntime, installed
+from fakes import primitives_only
 
 from anydevice.engine import dispatch
-from anydevice.ops.registry import all_ops, primitives
-
-
-def _host_kernel(fn):
-    """An ``out=True`` kernel of the fake device that computes with a cpu kernel on host copies
-    (one output buffer, or a tuple of them for a multi-output op)."""
-    def k(ctx, out, *bufs, **attrs):
-        rt = ctx.runtime
-
-        def host(b):
-            if isinstance(b, list):
-                return [host(e) for e in b]
-            a = np.empty(b.shape, b.dtype.numpy)
-            rt.copy_d2h(ctx.index, a, b.handle, b.byte_offset)
-            return a
-
-        r = fn(None, *[host(b) for b in bufs], **attrs)
-        for o, v in zip(out, r) if isinstance(out, tuple) else ((out, r),):
-            rt.copy_h2d(ctx.index, o.handle, o.byte_offset, np.ascontiguousarray(v, dtype=o.dtype.numpy))
-
-    return k
+from anydevice.ops.registry import all_ops
 
 
 @pytest.fixture(scope="module")
 def prim():
-    from anydevice.backend import KernelTable
-    from anydevice_cpu.kernels import register
-
-    cpu = KernelTable("cpu")
-    register(cpu)
-    kernels = {o.name: (_host_kernel(cpu.lookup(o.name, None).fn), True) for o in primitives()}
-    with installed(FakePlugin(types=("primonly",), runtime=HostRuntime(count=1), kernels=kernels)):
-        old = dispatch.set_fallback_mode("error")
-        try:
-            yield "primonly"
-        finally:
-            dispatch.set_fallback_mode(old)
+    with primitives_only("primonly") as dev:
+        yield dev
 
 
 def _dtype_for(op):

@@ -262,41 +262,12 @@ def test_capabilities_say_so():
 
 
 # --- a backend with only the primitives runs all of it on its device ----------------------------------
-def _host_kernel(fn):
-    def k(ctx, out, *bufs, **attrs):
-        rt = ctx.runtime
-
-        def host(b):
-            if isinstance(b, list):
-                return [host(e) for e in b]
-            a = np.empty(b.shape, b.dtype.numpy)
-            rt.copy_d2h(ctx.index, a, b.handle, b.byte_offset)
-            return a
-
-        r = np.ascontiguousarray(fn(None, *[host(b) for b in bufs], **attrs), dtype=out.dtype.numpy)
-        rt.copy_h2d(ctx.index, out.handle, out.byte_offset, r)
-
-    return k
-
-
 @pytest.fixture
 def primitives_only():
-    from fakes import FakePlugin, HostRuntime, installed
+    from fakes import primitives_only as installed_primitives_only
 
-    from anydevice.backend import KernelTable
-    from anydevice.engine import dispatch
-    from anydevice.ops.registry import primitives
-    from anydevice_cpu.kernels import register
-
-    cpu = KernelTable("cpu")
-    register(cpu)
-    kernels = {o.name: (_host_kernel(cpu.lookup(o.name, None).fn), True) for o in primitives() if o.outputs is None}
-    with installed(FakePlugin(types=("prim",), runtime=HostRuntime(count=1), kernels=kernels)):
-        old = dispatch.set_fallback_mode("error")  # any CPU fallback raises
-        try:
-            yield "prim"
-        finally:
-            dispatch.set_fallback_mode(old)
+    with installed_primitives_only("prim") as dev:
+        yield dev
 
 
 def test_primitives_only_backend_runs_everything_on_device(primitives_only):

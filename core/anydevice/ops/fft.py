@@ -17,6 +17,11 @@ import math
 import numpy as np
 
 from anydevice.base import dtypes as _dt
+
+# conformance inputs without importing anydevice.ops.samples (loaded only when samples are asked for)
+from anydevice.ops.lazy_samples import sample as _sample
+from anydevice.ops.lazy_samples import smooth as _smooth
+from anydevice.ops.lazy_samples import values as _values
 from anydevice.ops.registry import (
     REQUIRED,
     Attr,
@@ -38,23 +43,6 @@ _REAL = {v: k for k, v in _COMPLEX.items()}
 _TOL = {"float32": (1e-4, 1e-4), "complex64": (1e-4, 1e-4), "float64": (1e-10, 1e-10), "complex128": (1e-10, 1e-10)}
 
 
-# conformance inputs: anydevice.ops.samples is imported only when samples are asked for (import time)
-def _sample(*args, **kw):
-    from anydevice.ops.samples import Sample
-
-    return Sample(*args, **kw)
-
-
-def _values(rng, d, shape, domain=None):
-    from anydevice.ops.samples import values
-
-    return values(rng, d, shape, domain)
-
-
-def _smooth(rng, d, shape, domain=None):
-    from anydevice.ops.samples import smooth
-
-    return smooth(rng, d, shape, domain)
 
 
 def _scale(n: int, norm: str, inverse: bool) -> float:

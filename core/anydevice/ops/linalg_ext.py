@@ -20,6 +20,11 @@ import numpy as np
 
 from anydevice.base import dtypes as _dt
 from anydevice.base.errors import AxisError, UnsupportedError
+
+# conformance inputs without importing anydevice.ops.samples (loaded only when samples are asked for)
+from anydevice.ops.lazy_samples import sample as _sample
+from anydevice.ops.lazy_samples import smooth as _smooth
+from anydevice.ops.lazy_samples import values as _values
 from anydevice.ops.registry import (
     REQUIRED,
     Attr,
@@ -42,23 +47,6 @@ _FLOATING = "floating"
 _TOL = {"float32": (1e-4, 1e-4), "complex64": (1e-4, 1e-4), "float16": (2e-2, 2e-2), "bfloat16": (8e-2, 8e-2)}
 
 
-# conformance inputs: anydevice.ops.samples is imported only when samples are asked for (import time)
-def _sample(*args, **kw):
-    from anydevice.ops.samples import Sample
-
-    return Sample(*args, **kw)
-
-
-def _values(rng, d, shape, domain=None):
-    from anydevice.ops.samples import values
-
-    return values(rng, d, shape, domain)
-
-
-def _smooth(rng, d, shape, domain=None):
-    from anydevice.ops.samples import smooth
-
-    return smooth(rng, d, shape, domain)
 _GRAD = (_dt.float32, _dt.float64)
 
 
