@@ -51,6 +51,8 @@ _counts: collections.Counter = collections.Counter()
 _warned: set = set()
 _counts_lock = threading.Lock()  # guards _counts and _warned: fallbacks may run on many threads
 _observers: list = []
+#: ``fn(op, inputs, attrs, result, compute)`` after every top-level op while anydevice.jit traces
+_tracer = None
 _mode = [os.environ.get("ANYDEVICE_FALLBACK", "warn").strip().lower() or "warn"]
 if _mode[0] not in _MODES:
     raise ValueError(f"ANYDEVICE_FALLBACK={_mode[0]!r} is not one of {', '.join(_MODES)}")
@@ -358,6 +360,8 @@ def apply(op, inputs, attrs):
         dt = time.perf_counter() - t0
         for obs in list(_observers):
             obs(op, device, path, dt, inputs, result)
+    if _tracer is not None and _depth() == 0 and not getattr(_tls, "quiet", False):
+        _tracer(op, inputs, attrs, result, compute)
     return result
 
 
