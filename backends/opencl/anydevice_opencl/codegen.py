@@ -8,7 +8,8 @@ A kernel is named by a *spec*, a small tuple whose first item says what it is:
   signature (the op's index in :func:`ewg_ops` is an argument), over 4 strided dims;
 - ``("red", kind, in, out, L)``: a reduction with work-groups of ``L``; kinds ``"any"`` (sum,
   prod, max, min) and ``"arg"`` (argmax, argmin) are generic: the kind is an argument;
-- ``("mm", dtype, "tiled" | "rows" | "simple")``: matmul; ``("take", dtype, idx)``;
+- ``("mm", dtype, "tiled" | "rows" | "simple" | "packed")``: matmul (``"pack"``: B into column panels
+  for ``"packed"``); ``("take", dtype, idx)``;
   ``("arange", dtype, via)``; ``("philox", "uint8")`` (the random bits, compiled in a program of its own).
 
 PoCL compiles a program in ~0.4 s (mostly fixed, whatever its size) and code-generates each
@@ -459,6 +460,54 @@ def _matmul_rows(name: str, dt: str) -> str:
             f"{st}\n}}\n")
 
 
+
+#: float32 matmul blocking (:func:`_matmul_packed`): a work-item computes MM_ROWS rows × MM_COLS
+#: columns of C (MM_COLS / 16 float16 accumulators per row); work-groups of MM_GROUP along the rows
+MM_ROWS, MM_COLS, MM_GROUP = 8, 32, 16
+MM_PACK_ROWS = 64  # rows of B one work-item of the packing kernel copies
+
+
+def _matmul_pack(name: str, dt: str) -> str:
+    """B (K×N, batch stride ``sb``) into panels of MM_COLS columns, ``bp[z][p][k][j] = B[k, p*W + j]``
+    (0 beyond N), so the matmul reads each panel contiguously instead of one page per k.
+    Global size (MM_COLS, ceil(K / MM_PACK_ROWS), panels), groups of (MM_COLS, 1, 1): a work-item
+    copies column j of MM_PACK_ROWS rows of every batch (few work-groups: PoCL pays per group)."""
+    T, W = CTYPES[dt].storage, MM_COLS
+    return (f"__kernel void {name}(__global {T}* bp, long bp_o, __global const {T}* b, long b_o,\n"
+            "       long N, long K, long sb, long nb) {\n"
+            "  long j = get_global_id(0), p = get_global_id(2), col = p * W + j;\n".replace("W", str(W))
+            + f"  long k0 = get_global_id(1) * {MM_PACK_ROWS}, k1 = min(K, k0 + {MM_PACK_ROWS}), total = get_global_size(2) * K * {W};\n"
+            "  for (long z = 0; z < nb; z++)\n"
+            "    for (long k = k0; k < k1; k++)\n"
+            f"      bp[bp_o + z * total + (p * K + k) * {W} + j] = col < N ? b[b_o + z * sb + k * N + col] : ({T})0;\n}}\n")
+
+
+def _matmul_packed(name: str, dt: str) -> str:
+    """``c[z] = a[z] @ b[z]`` from B packed by :func:`_matmul_pack`: work-item (x, y) computes rows
+    ``MM_ROWS*x ..`` and the columns of panel y, as a register-blocked micro-kernel (one broadcast
+    of A per row and k, ``vload16`` of the panel, fused multiply-adds). Consecutive work-items share
+    a panel (it stays in cache); rows past M read row M-1 and store nothing; any shape works.
+    Global size (ceil(ceil(M/MM_ROWS) / MM_GROUP) * MM_GROUP, panels, batch), groups of (MM_GROUP, 1, 1)."""
+    T, R, V, W = CTYPES[dt].storage, range(MM_ROWS), range(MM_COLS // 16), MM_COLS
+    rows = "\n".join(f"  __global const {T}* a{i} = a + ab + min(r0 + {i}, M - 1) * K;" for i in R)
+    acc = "\n".join(f"  {T}16 " + ", ".join(f"c{i}_{j} = 0" for j in V) + ";" for i in R)
+    body = ("    " + " ".join(f"{T}16 b{j} = vload16(0, bk + {16 * j});" for j in V) + "\n"
+            + "\n".join(f"    {{ {T}16 av = ({T}16)(a{i}[k]); "
+                         + " ".join(f"c{i}_{j} = fma(av, b{j}, c{i}_{j});" for j in V) + " }" for i in R))
+    full = "\n".join(f"    if (r0 + {i} < M) {{ " + " ".join(f"vstore16(c{i}_{j}, 0, cr + {i} * N + {16 * j});" for j in V)
+                      + " }" for i in R)
+    part = "\n".join(f"    if (r0 + {i} < M) {{ " + " ".join(f"vstore16(c{i}_{j}, 0, t + {16 * j});" for j in V)
+                      + f" for (long j = 0; j < N - c0; j++) cr[{i} * N + j] = t[j]; }}" for i in R)
+    return (f"__kernel void {name}(__global {T}* c, long c_o, __global const {T}* a, long a_o,\n"
+            f"       __global const {T}* bp, long bp_o, long M, long N, long K, long sa, long sb) {{\n"
+            f"  long r0 = get_global_id(0) * {MM_ROWS}, p = get_global_id(1), z = get_global_id(2), c0 = p * {W};\n"
+            "  if (r0 >= M) return;\n"
+            f"  long ab = a_o + z * sa;\n  __global const {T}* bpan = bp + bp_o + z * sb + p * K * {W};\n"
+            f"{rows}\n{acc}\n"
+            f"  for (long k = 0; k < K; k++) {{\n    __global const {T}* bk = bpan + k * {W};\n{body}\n  }}\n"
+            f"  __global {T}* cr = c + c_o + z * M * N + r0 * N + c0;\n"
+            f"  if (c0 + {W} <= N) {{\n{full}\n  }} else {{\n    {T} t[{W}];\n{part}\n  }}\n}}\n")
+
 # --- take / arange -----------------------------------------------------------------------------
 def _take(name: str, dt: str, idx_dt: str) -> str:
     """``out[p, j, q] = x[p, idx[j] (negative: + n), q]``; an out-of-range index sets ``*bad``.
@@ -584,7 +633,8 @@ def kernel_source(spec: tuple) -> str:
     if kind == "red":
         return _reduction(n, *spec[1:])
     if kind == "mm":
-        return {"rows": _matmul_rows, "simple": _matmul_simple, "tiled": _matmul}[spec[2]](n, spec[1])
+        return {"rows": _matmul_rows, "simple": _matmul_simple, "tiled": _matmul, "pack": _matmul_pack,
+                "packed": _matmul_packed}[spec[2]](n, spec[1])
     if kind == "take":
         return _take(n, *spec[1:3])
     if kind == "arange":
@@ -662,7 +712,7 @@ def family(dt: str, fp64: bool) -> frozenset:
     if dt != "bool":
         specs.append(("mm", dt, "tiled"))
     if dt == "float32":  # (double8 trips PoCL's x86 ABI handling without AVX-512)
-        specs.append(("mm", dt, "rows"))
+        specs += [("mm", dt, "rows"), ("mm", dt, "pack"), ("mm", dt, "packed")]
     return frozenset(specs + _take_arange(dt, fp64))
 
 

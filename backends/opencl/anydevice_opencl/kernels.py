@@ -34,6 +34,7 @@ _DTYPES = {d: _dt.dtype(d) for d in codegen.CTYPES}
 SPECIALIZE_ELEMENTS = 4096  # work (elements; m*n*k for matmul) from which a launch is specialized at once
 SPECIALIZE_LAUNCHES = 32  # generic launches of one specialized spec before it is compiled
 _generic_runs: dict = {}  # specialized spec -> launches that ran a generic kernel instead
+PACKED_WORK = 1 << 18  # m*n*k from which float32 matmul packs B and runs the blocked kernel
 _CODES = [np.int32(i) for i in range(64)]  # op/kind codes of generic kernels (shared objects: no re-set)
 
 
@@ -324,10 +325,25 @@ def _operand(ctx, a, shape2, batch):
     return _materialize(ctx, a, full, _bstrides(tuple(a.shape), full), _off(a)), mat
 
 
+def _matmul_packed(ctx, out, a, sa, b, sb, m, n, k, batch) -> None:
+    """float32 ``out = a @ b`` by :func:`codegen._matmul_packed`, after packing B into column panels
+    (once when its batch is broadcast: ``sb == 0``)."""
+    w, panels = codegen.MM_COLS, -(-n // codegen.MM_COLS)
+    total, nb = panels * k * w, batch if sb else 1
+    bp = ctx.empty((nb * total,), _DTYPES["float32"])
+    _launch(ctx, ("mm", "float32", "pack"), (w, -(-k // codegen.MM_PACK_ROWS), panels), (w, 1, 1),
+            [bp.handle, _off(bp), b.handle, _off(b), n, k, sb, nb])
+    g, blocks = codegen.MM_GROUP, -(-m // codegen.MM_ROWS)
+    rows = -(-blocks // g) * g
+    _launch(ctx, ("mm", "float32", "packed"), (rows, panels, batch), (g, 1, 1),
+            [out.handle, _off(out), a.handle, _off(a), bp.handle, _off(bp), m, n, k, sa, total if sb else 0])
+
+
 def matmul(ctx, out, a, b) -> None:
-    """Small or rarely repeated: :func:`codegen._matmul_simple`; else float32 with M and N
-    multiples of 8: :func:`codegen._matmul_rows`; any other shape or dtype: the register-blocked
-    tiled kernel (:func:`codegen._matmul`)."""
+    """Small or rarely repeated: :func:`codegen._matmul_simple`; else float32 from
+    :data:`PACKED_WORK`: :func:`codegen._matmul_packed`; smaller float32 with M and N multiples
+    of 8: :func:`codegen._matmul_rows`; any other shape or dtype: the register-blocked tiled
+    kernel (:func:`codegen._matmul`)."""
     ash = (1,) + tuple(a.shape) if len(a.shape) == 1 else tuple(a.shape)
     bsh = tuple(b.shape) + (1,) if len(b.shape) == 1 else tuple(b.shape)
     m, k, n = ash[-2], ash[-1], bsh[-1]
@@ -354,6 +370,9 @@ def matmul(ctx, out, a, b) -> None:
     if cap < 256:
         raise RuntimeError(f"matmul on {ctx.device} needs work-groups of 256 (the device allows {cap}); "
                            "run it on the cpu or another OpenCL device")
+    if dt == "float32" and m * n * k >= PACKED_WORK:
+        _matmul_packed(ctx, out, a, sa, b, sb, m, n, k, _prod(batch))
+        return
     if fast == "rows":
         _launch(ctx, ("mm", dt, "rows"), (-(-n // 64) * 8, -(-m // 64) * 8, _prod(batch)), (8, 8, 1), args)
         return

