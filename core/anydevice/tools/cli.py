@@ -12,6 +12,7 @@ _COMMANDS = {
     "conformance": ("anydevice_conformance.cli", "run the conformance suite against devices"),
     "bench": ("anydevice.tools.bench", "benchmarks printed side by side"),
     "plugins": ("anydevice.tools.cli", "list discovered backend plugins and their status"),
+    "launch": ("anydevice.tools.launch", "run a script as N processes per node (data-parallel training)"),
 }
 
 
