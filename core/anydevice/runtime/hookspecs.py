@@ -128,3 +128,87 @@ def anydevice_all_reduce(device_type: str, runtime, buffers: list, op: str):
     :return: a list of new buffers, one per input and on the same device, or ``None`` to
         let the core do it.
     """
+
+
+@hookspec(firstresult=True)
+def anydevice_compile_graph(device_type: str, runtime, graph, kernels):
+    """Claim parts of a captured graph (``anydevice.jit.compile``) and return what runs them.
+    Optional (an addition to API version 1): without it, or for the nodes it does not claim,
+    the core replays each node's native kernel directly (the *planned executor*), and nodes
+    without one through the dispatcher (decomposition, CPU fallback), as in eager mode.
+
+    Called once per compiled graph variant whose values live on ``device_type``, before its first
+    replay. ``graph`` is duck-typed (a backend never imports ``anydevice.jit``):
+
+    - ``graph.nodes``: the nodes in topological order; a node has ``id`` (int), ``op`` (the
+      registry's ``OpDef``: ``op.name``, ``op.category``), ``inputs`` (a tuple of values, a list
+      of values for a variadic input, or plain Python scalars), ``attrs`` (a dict), ``outputs``
+      (a tuple of values) and ``compute`` (the compute dtype the dispatcher chose: inputs arrive
+      cast to it);
+    - a value has ``id``, ``shape`` (a tuple), ``dtype`` (an :class:`anydevice.dtypes.DType`),
+      ``producer`` (its node, or None for an input of the graph) and ``const`` (a captured
+      tensor, or None);
+    - ``graph.users(value)``: the nodes reading ``value``; ``graph.escapes(value)``: whether it
+      is needed outside the node set being considered as well (a result of the graph, or written
+      back to a parameter or optimizer state) -- true for every graph output;
+    - ``graph.boundary(node_ids)``: ``(inputs, outputs)``, the values crossing the border of a
+      set of node ids, in the order the core passes and expects them: ``inputs`` are the values
+      the nodes read but do not produce, by first use (nodes in graph order, inputs in slot
+      order), each once; ``outputs`` are the values the nodes produce that anything outside them
+      reads (or that leave the graph), in the order they are produced.
+
+    :param device_type: the type the graph runs on.
+    :param runtime: the type's runtime.
+    :param graph: the graph, as described above; it must not be modified.
+    :param kernels: the type's :class:`anydevice.backend.KernelTable`.
+    :return: ``None`` (claim nothing), or a list of ``(node_ids, executable)``: disjoint sets of
+        node ids, each run by ``executable(ctx, buffers) -> buffers``, which receives the
+        :class:`anydevice.backend.KernelContext` of the device (``ctx.empty`` allocates, ``ctx.stream``
+        is the stream to queue on) and one buffer per value of ``graph.boundary(node_ids)[0]``, and
+        returns a list with one new buffer per value of ``graph.boundary(node_ids)[1]`` (its shape
+        and dtype). It must not modify its inputs. A claim that raises, overlaps another, names
+        unknown nodes, or whose executable raises or returns the wrong buffers on its first run
+        is reported as a :class:`anydevice.errors.PluginError` naming the plugin and this hook
+        (a warning), and the core runs those nodes itself.
+    """
+
+
+@hookspec(firstresult=True)
+def anydevice_collectives(device_type: str, runtime):
+    """Give the communicator factory that runs collectives across processes on ``device_type``
+    (the XCCL of this device). Optional (an addition to API version 1): without it, or for the
+    collectives its communicator lacks, ``anydevice.distributed`` stages tensors through host
+    memory over MPI, counted in ``anydevice.distributed.fallback_counts()`` and warned once.
+
+    Called once per process group and device type, by every member at the same point, when a
+    collective first meets a tensor of ``device_type`` (or at ``init_process_group(device_type=...)``).
+
+    :param device_type: the type whose tensors are to be moved.
+    :param runtime: the type's runtime.
+    :return: ``None``, or ``factory(bootstrap) -> communicator``. ``bootstrap`` has ``rank`` and
+        ``size`` (within the group), ``timeout`` (seconds), ``comm`` (an mpi4py communicator of the
+        group's processes, private to this communicator: use it to exchange an id, as NCCL's
+        unique id, or to move bytes) and ``allocate(like, shape, dtype)`` (a new buffer on the
+        device of buffer ``like``). The communicator has ``name`` (a string, e.g. ``"nccl"``,
+        what ``get_backend()`` reports), optionally ``destroy()``, and any of these methods, each
+        starting one collective on device buffers (never modifying its inputs) and returning a
+        *request* with ``test() -> bool`` (polled by the core until true or the group's timeout)
+        and ``result()`` (called once after ``test()`` was true: the new buffer, or None where
+        the rank gets nothing) -- or returning ``None`` to decline this call (the core then
+        stages it through MPI, counted):
+
+        - ``all_reduce(x, op)``: ``op`` in ``"sum"``, ``"prod"``, ``"max"``, ``"min"`` (``bool``: max
+          and min only); the result has ``x``'s shape;
+        - ``broadcast(x, src)``: every rank passes a buffer of the same shape; result: ``src``'s;
+        - ``reduce(x, dst, op)``: the result on group rank ``dst`` only;
+        - ``all_gather(x)``: result ``(size, *x.shape)``, row ``i`` from rank ``i``;
+        - ``gather(x, dst)``: the same on ``dst`` only;
+        - ``scatter(x, src, shape, dtype)``: ``x`` is ``(size, *shape)`` on ``src`` (None elsewhere);
+          rank ``i`` gets row ``i``;
+        - ``reduce_scatter(x, op)``: ``x`` is ``(size, *s)``; rank ``i`` gets the reduction of row ``i``;
+        - ``all_to_all(x)``: ``x`` is ``(size, *s)``; row ``j`` of rank ``i``'s result is row ``i`` of rank ``j``'s ``x``;
+        - ``send(x, dst, tag)`` (result None) and ``recv(shape, dtype, src, tag)``.
+
+        Ranks are group ranks; ``dtype`` is an :class:`anydevice.dtypes.DType`. AVG is done by the
+        core (a sum, then a division on the device).
+    """

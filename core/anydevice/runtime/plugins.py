@@ -35,7 +35,8 @@ ENV_ONLY = "ANYDEVICE_BACKENDS"
 #: The distribution of the core; its names (``cpu``) cannot be claimed by any other.
 BUILTIN = "anydevice"
 REQUIRED_HOOKS = ("anydevice_api_version", "anydevice_device_types", "anydevice_create_runtime")
-OPTIONAL_HOOKS = ("anydevice_register_kernels", "anydevice_environment", "anydevice_all_reduce")
+OPTIONAL_HOOKS = ("anydevice_register_kernels", "anydevice_environment", "anydevice_all_reduce", "anydevice_compile_graph",
+                  "anydevice_collectives")
 
 # Statuses of a record and of each type it claims. A type also goes through READY (its backend
 # was created) or UNAVAILABLE (it cannot be used here); REFUSED marks a claim that may not be made.

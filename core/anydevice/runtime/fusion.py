@@ -1,0 +1,139 @@
+"""Chains of element-wise nodes in a captured graph: what a backend's graph compiler fuses.
+
+A backend's ``anydevice_compile_graph`` hook (:mod:`anydevice.runtime.hookspecs`) receives a
+duck-typed graph; :func:`chains` groups its element-wise nodes into :class:`Chain` objects that
+each can run as one kernel: every node of a chain computes a result of the chain's iteration
+``shape`` (inputs from outside the chain may be smaller and broadcast, or Python scalars), and a
+chain may end with one reduction (``sum``, ``prod``, ``max``, ``min``, ``mean``) of its last
+value. Chains are convex: no path leaves a chain and comes back, so each runs at once.
+``broadcast_to`` is part of a chain for free (reading its input broadcast is what every node
+does anyway). The backend says which nodes it can compute (``accept``); the rest stay outside.
+"""
+from __future__ import annotations
+
+ELEMENTWISE_EXTRA = ("astype", "broadcast_to")
+REDUCTIONS = ("sum", "prod", "max", "min", "mean")
+
+
+class Chain:
+    """Nodes (graph order) that run as one kernel over ``shape``; ``reduction`` ends it or is None."""
+
+    __slots__ = ("nodes", "shape", "reduction", "inputs", "outputs")
+
+    def __init__(self, nodes, shape, reduction, inputs, outputs):
+        self.nodes, self.shape, self.reduction = nodes, shape, reduction
+        self.inputs, self.outputs = inputs, outputs
+
+    @property
+    def ids(self) -> frozenset:
+        return frozenset(n.id for n in self.nodes)
+
+    def __repr__(self) -> str:
+        red = f" -> {self.reduction.op.name}" if self.reduction is not None else ""
+        return f"<Chain {'+'.join(n.op.name for n in self.elementwise)}{red} over {self.shape}>"
+
+    @property
+    def elementwise(self) -> list:
+        return [n for n in self.nodes if n is not self.reduction]
+
+
+def is_elementwise(node) -> bool:
+    """An element-wise node (its op's category, or a cast or broadcast) without variadic inputs."""
+    return ((node.op.category == "elementwise" or node.op.name in ELEMENTWISE_EXTRA) and len(node.outputs) == 1
+            and not any(isinstance(x, list) for x in node.inputs))
+
+
+def reduce_axes(node) -> tuple:
+    """The axes a reduction node reduces (normalized, sorted)."""
+    nd = len(node.inputs[0].shape)
+    axis = node.attrs.get("axis")
+    if axis is None:
+        return tuple(range(nd))
+    axis = (axis,) if isinstance(axis, int) else axis
+    return tuple(sorted(a + nd if a < 0 else a for a in axis))
+
+
+def _size(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+class _Group:
+    __slots__ = ("nodes", "shape", "preds", "closed", "reduction")
+
+    def __init__(self, shape):
+        self.nodes, self.shape, self.preds, self.closed, self.reduction = [], shape, set(), False, None
+
+
+def _depends(start, target) -> bool:
+    """Whether group ``target`` is upstream of group ``start`` (``start`` itself excluded)."""
+    seen, todo = set(), list(start.preds)
+    while todo:
+        g = todo.pop()
+        if g is target:
+            return True
+        if id(g) not in seen:
+            seen.add(id(g))
+            todo.extend(g.preds)
+    return False
+
+
+def chains(graph, accept, accept_reduction=None, min_nodes: int = 2, device_type: str | None = None) -> list:
+    """The fusible chains of ``graph`` (only nodes on ``device_type`` when given; every node of a
+    chain is on one device): element-wise nodes ``accept(node)`` allows, grouped with
+    their producers when the result has the same shape and grouping keeps every chain convex;
+    a reduction ``accept_reduction(node)`` allows may end the chain that produces its input.
+    Chains of fewer than ``min_nodes`` nodes (``broadcast_to`` not counted) are left out."""
+    group_of: dict = {}  # value id -> group of its producer (every node gets a group)
+    groups = []
+    for node in graph.nodes:
+        ins = [x for x in node.input_values()] if hasattr(node, "input_values") else _values(node.inputs)
+        producers = [group_of.get(v.id) for v in ins]
+        target = None
+        here = device_type is None or node.outputs and node.outputs[0].device.type == device_type
+        if not here:
+            pass
+        elif is_elementwise(node) and accept(node) and _size(node.outputs[0].shape):
+            shape = tuple(node.outputs[0].shape)
+            for g in producers:
+                if g is not None and not g.closed and g.shape == shape and _may_join(g, producers):
+                    target = g
+                    break
+            if target is None:
+                target = _Group(shape)
+                groups.append(target)
+        elif (accept_reduction is not None and node.op.name in REDUCTIONS and len(ins) == 1 and producers[0] is not None
+              and not producers[0].closed and producers[0].shape == tuple(ins[0].shape)
+              and _size(node.outputs[0].shape) and _size(ins[0].shape) and accept_reduction(node)):
+            target = producers[0]
+            target.closed, target.reduction = True, node
+        if target is None:  # a node outside any chain: a group of its own, closed
+            target = _Group(None)
+            target.closed = True
+        target.nodes.append(node)
+        target.preds.update(g for g in producers if g is not None and g is not target)
+        for o in node.outputs:
+            group_of[o.id] = target
+    out = []
+    for g in groups:
+        if sum(n.op.name != "broadcast_to" for n in g.nodes) < min_nodes:
+            continue
+        ids = {n.id for n in g.nodes}
+        inputs, outputs = graph.boundary(ids)
+        out.append(Chain(g.nodes, g.shape, g.reduction, inputs, outputs))
+    return out
+
+
+def _may_join(g, producers) -> bool:
+    """A node reading from ``producers`` may join ``g`` unless one of its other inputs depends on ``g``."""
+    return not any(p is not None and p is not g and _depends(p, g) for p in producers)
+
+
+def _values(inputs):
+    for x in inputs:
+        if isinstance(x, list):
+            yield from x
+        elif hasattr(x, "shape") and hasattr(x, "producer"):
+            yield x
