@@ -16,6 +16,7 @@ from . import kernels_elementwise2 as _elementwise2
 from . import kernels_linalg as _linalg
 from . import kernels_manipulation as _manipulation
 from . import kernels_nn as _nn
+from . import kernels_optim as _optim
 from . import kernels_sorting as _sorting
 
 _HALF: set = set()
@@ -333,3 +334,4 @@ def register(kernels) -> None:
     _elementwise2.register(kernels, _WRAP)
     _linalg.register(kernels)
     _manipulation.register(kernels)
+    _optim.register(kernels)

@@ -11,6 +11,7 @@ from anydevice.ops import (  # noqa: F401
     linalg_ext,
     manipulation,
     nn,
+    optim,
     random,
     searching,
     statistical,

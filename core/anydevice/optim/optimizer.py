@@ -1,8 +1,15 @@
 """The optimizer base class: parameter groups, per-parameter state, state dicts.
 
-Every update is a few tensor ops on the parameter's own device, run under
-:func:`anydevice.no_grad`, so one implementation serves every backend. Updates rebind each
-parameter to a new buffer, so tensors computed from a parameter before the step keep their values.
+Every update is one fused registry op per parameter (``adam_update``, ``sgd_update``, ... in
+:mod:`anydevice.ops.optim`) on the parameter's own device, run under :func:`anydevice.no_grad`:
+a native kernel where the backend has one, else its decomposition into element-wise ops, so one
+implementation serves every backend. Updates rebind each parameter to a new buffer, so tensors
+computed from a parameter before the step keep their values.
+
+Everything that changes from step to step is a tensor: the per-parameter ``step`` count is a 0-d
+float32 tensor that the update op advances, and the bias corrections are computed from it on the
+device, so a captured training step replays exactly. The hyper-parameters (``lr``, ``betas``, ...)
+are attributes of the op: a scheduler that changes ``lr`` makes a captured step re-trace.
 
 State follows its parameter: after ``Module.to(device)`` the next :meth:`Optimizer.step` moves the
 parameter's state to the new device. float16 and bfloat16 parameters keep float32 state and a
@@ -27,7 +34,8 @@ _LOW = (_dt.float16, _dt.bfloat16)
 
 
 class Optimizer:
-    """Holds parameter groups and per-parameter state; subclasses implement :meth:`_update`.
+    """Holds parameter groups and per-parameter state; subclasses name their update op (``_op``),
+    its state inputs (``_states``) and the op's options for a group (:meth:`_options`).
 
     ``params`` is an iterable of tensors (or a Module), or of dicts ``{"params": [...], **options}``
     whose options override ``defaults`` for that group.
@@ -35,6 +43,10 @@ class Optimizer:
 
     #: option name -> check (``_positive``, ``_non_negative``, ``_unit``, ...); subclasses fill it
     _checks: dict = {}
+    #: the update op's function: ``_op(param, grad, *states, step, **options) -> (param, *states, step)``
+    _op = None
+    #: names of the op's state inputs, in order
+    _states: tuple = ()
 
     def __init__(self, params, defaults: dict):
         self.defaults = dict(defaults)
@@ -42,6 +54,7 @@ class Optimizer:
         self.state: dict = {}  # parameter -> {name: value}
         self.step_count = 0
         self._written: dict = {}  # low-precision parameter -> the buffer the last step gave it
+        self._unused: dict = {}  # (device, dtype) -> the 0-d tensor passed for a state the options leave unused
         if hasattr(params, "parameters") and callable(params.parameters):
             params = params.parameters()
         if isinstance(params, Tensor):
@@ -119,6 +132,7 @@ class Optimizer:
         self.step_count += 1
         with no_grad():
             for group in self.param_groups:
+                options, used = self._options(group), self._used(group)
                 for p in group["params"]:
                     g = p.grad
                     if g is None:
@@ -128,29 +142,60 @@ class Optimizer:
                                          f"{p.device}; compute the loss on the parameter's device")
                     st = self.state.get(p)
                     if st is None:
-                        st = self.state[p] = {"step": 0}
-                    self._step_one(p, g, st, group)
+                        st = self.state[p] = {"step": _api.zeros((), dtype=_dt.float32, device=p.device)}
+                    self._step_one(p, g, st, group, options, used)
         return loss
 
-    def _step_one(self, p: Tensor, g: Tensor, st: dict, group: dict) -> None:
+    def _step_one(self, p: Tensor, g: Tensor, st: dict, group: dict, options: dict, used: tuple) -> None:
         dev = p.device
         for k, v in st.items():
             if isinstance(v, Tensor) and v.device is not dev:
                 st[k] = v.to(dev)
+        step = st["step"]
+        if not isinstance(step, Tensor):  # an int from an older state
+            step = _step_tensor(step, p)
         low = p.dtype in _LOW
         if low:
             w = self._master(p, st)
             g = g.astype(_dt.float32)
         else:
-            st.pop("master_param", None)
+            if "master_param" in st:
+                del st["master_param"]
             w = p
-        st["step"] += 1
-        w = self._update(w, g, st, group)
+        states = [st.get(n) if u else self._placeholder(w) for n, u in zip(self._states, used)]
+        for i, (n, x) in enumerate(zip(self._states, states)):
+            if x is None:
+                states[i] = st[n] = self._initial(n, w, group)
+        out = self._op(w, g, *states, step, **options)
+        w = out[0]
+        for n, u, x in zip(self._states, used, out[1:-1]):
+            if u:
+                st[n] = x
+        st["step"] = out[-1]
         if low:
             st["master_param"] = w
             w = w.astype(p.dtype)
             self._written[p] = w._buf
         p._rebind(w)
+
+    def _placeholder(self, w: Tensor) -> Tensor:
+        key = (w.device, w.dtype)
+        t = self._unused.get(key)
+        if t is None:
+            t = self._unused[key] = _api.zeros((), dtype=w.dtype, device=w.device)
+        return t
+
+    def _initial(self, name: str, w: Tensor, group: dict) -> Tensor:
+        """The value of state ``name`` before the first step (zeros; Adagrad starts elsewhere)."""
+        return _api.zeros_like(w)
+
+    def _options(self, group: dict) -> dict:
+        """The update op's attributes for parameter group ``group``."""
+        raise NotImplementedError
+
+    def _used(self, group: dict) -> tuple:
+        """Which of :attr:`_states` the options of ``group`` read (the others are never kept)."""
+        return (True,) * len(self._states)
 
     def _master(self, p: Tensor, st: dict) -> Tensor:
         """The float32 copy of low-precision ``p``, made afresh when ``p`` was changed elsewhere."""
@@ -159,10 +204,6 @@ class Optimizer:
             # new, or ``p`` was set by someone else since the last step (moved state was moved above)
             m = p.detach().astype(_dt.float32)
         return m
-
-    def _update(self, w: Tensor, g: Tensor, state: dict, group: dict) -> Tensor:
-        """The new value of weights ``w`` given gradient ``g`` (both of the compute dtype)."""
-        raise NotImplementedError
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Forget every parameter's gradient (``set_to_none=False``: set it to zeros instead)."""
@@ -180,7 +221,8 @@ class Optimizer:
         """``{"state": {index: {...}}, "param_groups": [{..., "params": [indices]}]}`` (PyTorch's layout).
 
         Parameters are numbered in group order; state values are the tensors themselves (on the
-        parameter's device) and the per-parameter ``step`` is an int. ``anydevice.save`` writes it.
+        parameter's device) and the per-parameter ``step`` is an int (read back from its tensor).
+        ``anydevice.save`` writes it.
         """
         index: dict = {}
         groups = []
@@ -188,7 +230,8 @@ class Optimizer:
             packed = {k: v for k, v in g.items() if k != "params"}
             packed["params"] = [index.setdefault(id(p), len(index)) for p in g["params"]]
             groups.append(packed)
-        state = {index[id(p)]: dict(st) for p, st in self.state.items() if id(p) in index}
+        state = {index[id(p)]: {k: _step_int(v) if k == "step" else v for k, v in st.items()}
+                 for p, st in self.state.items() if id(p) in index}
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict: Mapping) -> None:
@@ -218,7 +261,7 @@ class Optimizer:
             p = by_index.get(int(k))
             if p is None:
                 raise KeyError(f"{who}: state for parameter {k!r}, but the groups name only {sorted(by_index)}")
-            state[p] = {n: _state_value(v, p) for n, v in st.items()}
+            state[p] = {n: _step_tensor(v, p) if n == "step" else _state_value(v, p) for n, v in st.items()}
         self.param_groups, self.state = groups, state
         self._written = {p: p._buf for p in state if "master_param" in state[p]}
 
@@ -228,6 +271,17 @@ class Optimizer:
             opts = ", ".join(f"{k}={v}" for k, v in g.items() if k != "params")
             lines.append(f"  group {i}: {len(g['params'])} parameters, {opts}")
         return "\n".join(lines + [")"])
+
+
+def _step_int(v) -> int:
+    return int(v.item()) if isinstance(v, Tensor) else int(v)
+
+
+def _step_tensor(v, p: Tensor) -> Tensor:
+    """The step count (an int, a number, a 0-d array or tensor) as a 0-d float32 tensor on ``p``'s device."""
+    if isinstance(v, Tensor):
+        v = v.item()
+    return _api.asarray(float(np.asarray(v)), dtype=_dt.float32, device=p.device)
 
 
 def _state_value(v, p: Tensor):
