@@ -251,7 +251,11 @@ class _ArrayTable:
     def __init__(self, table):
         self.table = table
 
-    def register(self, name, fn):
+    def register(self, name, fn, out=False):
+        if out:  # the kernel fills buffers the core allocated
+            self.table.register(name, fn, out=True)
+            return
+
         def k(ctx, *a, **kw):
             r = fn(ctx, *a, **kw)
             return tuple(np.asarray(e) for e in r) if isinstance(r, tuple) else np.asarray(r)
@@ -414,6 +418,11 @@ def _cases():
     yield "getitem_mask", [_ANY, _ANY > 0], {}, fl
     yield "setitem_mask", [_ANY, _ANY > 0, _POS[0, 0]], {}, fl
     yield "repeat_tensor", [_ANY, np.array([2, 0, 1])], {"axis": 0}, fl
+    step = np.array(2.0, np.float32)  # the optimizer updates: the step count stays on the device
+    yield "adam_update", [_ANY, _POS, _ANY, _POS, _POS, step], {"amsgrad": True, "weight_decay": 0.1}, ("float32",)
+    yield "sgd_update", [_ANY, _POS, _ANY, step * 0], {"momentum": 0.9, "dampening": 0.5}, ("float32",)
+    yield "rmsprop_update", [_ANY, _POS, _POS + 1, _ANY * 0.1, _ANY, step], {"centered": True, "momentum": 0.5}, ("float32",)
+    yield "adagrad_update", [_ANY, _POS, _POS, step], {"lr_decay": 0.1}, ("float32",)
 
 
 def _tensor(a, dtype, device):

@@ -26,6 +26,7 @@ from anydevice_cpu.kernels_manipulation import array_kernels as _manipulation_ke
 from anydevice_cpu.kernels_nn import table as _nn_table  # the deep-learning ops, on CuPy
 from anydevice_cpu.kernels_sorting import array_kernels as _sorting_kernels
 from anydevice_cuda import kernels_elementwise2 as _elementwise2  # (absolute: tests load this file alone)
+from anydevice_cuda import kernels_optim as _optim
 from anydevice_cuda.kernels_linalg import table as _linalg_table  # the linalg and fft extensions
 
 _BF16 = None
@@ -499,3 +500,4 @@ def register(kernels) -> None:
         kernels.register(name, _launch(name, fn))
     for name, fn in _manipulation_kernels(cp).items():  # roll ... triu: the cpu backend's array kernels, on CuPy
         kernels.register(name, _launch(name, fn))
+    _optim.register(kernels, _launch, cp)
