@@ -284,7 +284,7 @@ def test_all_reduce_through_the_plugin_hook(monkeypatch):
     def no_staging(*a):
         raise AssertionError("all_reduce staged through the host instead of using the plugin hook")
 
-    monkeypatch.setattr(ad.distributed, "_through_host", no_staging)
+    monkeypatch.setattr(ad.distributed.devices, "_through_host", no_staging)
     ts = [ad.asarray([1.0, -2.0, 3.0], device=f"npu:{i}") * (i + 1) for i in range(4)]
     out = ad.distributed.all_reduce(ts, op="sum")
     assert [str(t.device) for t in out] == ["npu:0", "npu:1", "npu:2", "npu:3"]

@@ -1,0 +1,317 @@
+"""Process groups over MPI (mpi4py): the world, subgroups, timeouts and work handles.
+
+Every process of a job calls :func:`init_process_group` (under ``mpiexec`` or ``anydevice
+launch``). A :class:`ProcessGroup` owns a duplicate of its MPI communicator, so the user's own
+MPI traffic never matches ours, and, per device type, the communicator that moves that type's
+tensors (a plugin's, see ``anydevice_collectives``, else the host-staged MPI one).
+
+**Timeouts.** Every collective is started non-blocking and polled against the group's deadline;
+a peer that exited or hangs makes the others raise :class:`DistributedTimeoutError` instead of
+waiting forever. To name the peers that did not arrive, each rank posts a small *arrival notice*
+(the collective's sequence number) to its peers when it enters a collective. After a timeout
+the group is broken (later collectives on it raise at once) and the process skips
+``MPI_Finalize`` at exit, which could wait on the hung peer; ``mpiexec`` then ends the job.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import time
+from datetime import timedelta
+
+import numpy as np
+
+from . import comms
+from . import mpi as _mpi
+from .mpi import DistributedError, DistributedTimeoutError, MPIRequest, poll
+
+_NOTICE_TAG = 32000  # arrival notices; user send/recv tags must stay below it
+MAX_TAG = _NOTICE_TAG - 1
+
+
+_world: list = [None]   # the default ProcessGroup
+_finalize = [False]     # whether we initialized MPI and so finalize it at exit
+_broken = [False]       # a collective timed out: MPI_Finalize could hang
+
+
+def mpi():
+    """``mpi4py.MPI``, initialized; when we initialized it, it is finalized at exit (unless broken)."""
+    MPI, ours = _mpi.load()
+    if ours and not _finalize[0]:
+        _finalize[0] = True
+        atexit.register(_at_exit)
+    return MPI
+
+
+def _at_exit():
+    MPI = mpi()
+    if not _broken[0]:
+        destroy_process_group()
+        if not MPI.Is_finalized():
+            MPI.Finalize()
+
+
+def seconds(timeout, where: str) -> float:
+    t = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0:
+        raise ValueError(f"{where}: timeout must be a positive number of seconds or a datetime.timedelta, "
+                         f"got {timeout!r}")
+    return float(t)
+
+
+class ProcessGroup:
+    """A set of ranks that run collectives together (``rank``/``size`` are within the group)."""
+
+    def __init__(self, comm, ranks: list, timeout: float, backend: str | None, device_type: str):
+        self.comm, self.ranks, self.timeout = comm, list(ranks), timeout
+        self.backend, self.device_type = backend, device_type
+        self.rank = comm.Get_rank() if comm is not None else -1
+        self.size = len(self.ranks)
+        self.comms: dict = {}   # device_type -> communicator (a plugin's, or the host-staged one)
+        self.seq = 0            # collectives entered on this group
+        self.seen = [0] * self.size  # latest arrival notice from each member
+        self._notices: list = []     # (request, buffer) of notices in flight
+        self.broken: str | None = None
+
+    def __repr__(self):
+        return f"ProcessGroup(ranks={self.ranks}, backend={self.backend or 'default'})"
+
+    def check(self, name: str) -> None:
+        if self.comm is None:
+            raise ValueError(f"{name}(): this rank (world rank {_world[0].rank}) is not a member of the group "
+                             f"(world ranks {self.ranks}); only members may call its collectives")
+        if self.broken is not None:
+            raise DistributedError(f"{name}(): the process group is broken since an earlier failure ({self.broken}); "
+                                   f"destroy it and start the job again")
+
+    def arrive(self) -> int:
+        """Enter a collective: post its sequence number to the other members; returns it."""
+        self.seq += 1
+        MPI = mpi()
+        self._notices = [(r, b) for r, b in self._notices if not r.Test()]
+        for p in range(self.size):
+            if p != self.rank:
+                b = np.array([self.seq], np.int64)
+                self._notices.append((self.comm.Isend([b, MPI.INT64_T], dest=p, tag=_NOTICE_TAG), b))
+        self._drain()
+        return self.seq
+
+    def _drain(self) -> None:
+        MPI = mpi()
+        st, b = MPI.Status(), np.zeros(1, np.int64)
+        while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=_NOTICE_TAG, status=st):
+            src = st.Get_source()
+            self.comm.Recv([b, MPI.INT64_T], source=src, tag=_NOTICE_TAG)
+            self.seen[src] = max(self.seen[src], int(b[0]))
+
+    def missing(self, seq: int) -> list:
+        """World ranks of the members whose notice for collective ``seq`` has not arrived."""
+        self._drain()
+        return [self.ranks[p] for p in range(self.size) if p != self.rank and self.seen[p] < seq]
+
+    def fail(self, msg: str) -> None:
+        self.broken = msg
+        _broken[0] = True
+
+    def group_rank(self, rank, name: str, arg: str) -> int:
+        """The group rank of world rank ``rank`` (``src``/``dst`` arguments are world ranks, as in torch)."""
+        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)):
+            raise TypeError(f"{name}(): {arg} must be an int (a world rank), got {type(rank).__name__}")
+        if int(rank) not in self.ranks:
+            where = f"0..{self.size - 1}" if self.ranks == list(range(self.size)) else f"one of {self.ranks}"
+            raise ValueError(f"{name}(): {arg}={rank} is not a rank of this group of {self.size}; allowed: {where}")
+        return self.ranks.index(int(rank))
+
+    def free(self) -> None:
+        for c in self.comms.values():
+            getattr(c, "destroy", lambda: None)()
+        self.comms.clear()
+        if self.comm is not None and self.broken is None:
+            for r, _ in self._notices:
+                r.Wait()
+            self._notices = []
+            self.comm.Free()
+        self.comm = None
+
+
+class Work:
+    """The handle of an asynchronous collective (``async_op=True``): ``wait()``, ``is_completed()``.
+
+    The tensors it updates hold their results once ``wait()`` returned (or ``is_completed()``
+    returned True).
+    """
+
+    def __init__(self, group: ProcessGroup, name: str, request, finish, seq: int, peer: int | None = None):
+        self.group, self.name, self.request, self.finish = group, name, request, finish
+        self.seq, self.peer, self.done, self.value = seq, peer, False, None
+
+    def is_completed(self) -> bool:
+        if not self.done and self.request.test():
+            self._complete()
+        return self.done
+
+    def wait(self, timeout=None) -> bool:
+        """Block until the collective completed (then True); :class:`DistributedTimeoutError` after
+        ``timeout`` seconds (default: the group's timeout)."""
+        if self.done:
+            return True
+        limit = self.group.timeout if timeout is None else seconds(timeout, f"{self.name}().wait()")
+        if not poll(self.request.test, time.monotonic() + limit):
+            self._timed_out(limit)
+        self._complete()
+        return True
+
+    def _complete(self):
+        self.done = True
+        self.value = self.finish(self.request.result())
+
+    def _timed_out(self, limit: float):
+        g = self.group
+        me = g.ranks[g.rank]
+        if self.peer is not None:
+            who = f"world rank {self.peer} did not take part (it exited, hangs, or called something else)"
+        else:
+            miss = g.missing(self.seq)
+            who = (f"world rank(s) {miss} did not arrive (exited, hang, or are still in earlier work)" if miss else
+                   "every member arrived, so some member called a different collective or passed another shape")
+        msg = (f"{self.name}() timed out after {limit:g} s on world rank {me} in a group of {g.size} "
+               f"(world ranks {g.ranks}); {who}")
+        g.fail(msg)
+        raise DistributedTimeoutError(msg)
+
+
+def _env_int(name: str):
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"init_process_group(): environment variable {name}={raw!r} is not an integer") from None
+
+
+def _agree(name: str, given, env, actual: int) -> None:
+    for value, where in ((given, f"{name}={given}"), (env, f"environment variable {name.upper()}={env}")):
+        if value is not None and value != actual:
+            raise ValueError(f"init_process_group(): {where} but MPI says this process is {name} {actual}; start "
+                             f"every process with mpiexec (or anydevice launch), which sets both consistently")
+
+
+def init_process_group(backend: str | None = None, *, timeout=timedelta(seconds=60), rank: int | None = None,
+                       world_size: int | None = None, device_type: str | None = None) -> None:
+    """Join the job's default process group (every process calls it).
+
+    :param backend: ``None`` (per device type: the plugin's collectives, else ``"nccl"`` for
+        cuda, else ``"mpi"``), ``"mpi"`` (host-staged MPI for every device type) or the name of a
+        plugin's communicator (``"nccl"``, ``"simccl"``) for the device types that provide it.
+    :param timeout: how long any collective may take (``timedelta`` or seconds).
+    :param rank: this process's rank; checked against MPI's (and ``RANK``).
+    :param world_size: the number of processes; checked against MPI's (and ``WORLD_SIZE``).
+    :param device_type: the device type that :func:`get_backend` reports and whose communicator is
+        set up now (default: the type of ``ANYDEVICE_DEVICE``, else ``cpu``).
+    """
+    if _world[0] is not None:
+        raise RuntimeError("init_process_group(): the default process group is already initialized; "
+                           "call destroy_process_group() first")
+    if backend is not None and not (isinstance(backend, str) and backend.isidentifier()):
+        raise ValueError(f"init_process_group(): backend must be None, 'mpi', 'nccl' or a plugin communicator's "
+                         f"name, got {backend!r}")
+    limit = seconds(timeout, "init_process_group()")
+    dtype_ = device_type or os.environ.get("ANYDEVICE_DEVICE", "cpu").split(":")[0]
+    MPI = mpi()
+    world = MPI.COMM_WORLD
+    _agree("rank", rank, _env_int("RANK"), world.Get_rank())
+    _agree("world_size", world_size, _env_int("WORLD_SIZE"), world.Get_size())
+    comm, req = world.Idup()
+    if not poll(req.Test, time.monotonic() + limit):
+        _broken[0] = True
+        raise DistributedTimeoutError(
+            f"init_process_group() timed out after {limit:g} s on rank {world.Get_rank()} of {world.Get_size()}: "
+            f"not every process called it")
+    g = ProcessGroup(comm, list(range(world.Get_size())), limit, backend, dtype_)
+    _world[0] = g
+    if device_type is not None:
+        comms.communicator(g, device_type, "init_process_group")
+    barrier(g)
+
+
+def world(name: str = "collective") -> ProcessGroup:
+    g = _world[0]
+    if g is None:
+        raise RuntimeError(f"{name}(): the default process group is not initialized; call "
+                           f"anydevice.distributed.init_process_group() first (in every process of the job)")
+    return g
+
+
+def resolve(group, name: str) -> ProcessGroup:
+    g = world(name) if group is None else group
+    if not isinstance(g, ProcessGroup):
+        raise TypeError(f"{name}(): group must be a ProcessGroup from new_group() or None, got {type(g).__name__}")
+    return g
+
+
+def is_initialized() -> bool:
+    return _world[0] is not None
+
+
+def get_rank(group=None) -> int:
+    """This process's rank in ``group`` (-1 when it is not a member)."""
+    return resolve(group, "get_rank").rank
+
+
+def get_world_size(group=None) -> int:
+    return resolve(group, "get_world_size").size
+
+
+def get_backend(group=None) -> str:
+    """The backend that moves the group's tensors of its device type (``"mpi"``, ``"nccl"``, a plugin's name)."""
+    g = resolve(group, "get_backend")
+    return comms.communicator(g, g.device_type, "get_backend").name
+
+
+def barrier(group=None, async_op: bool = False):
+    """Wait until every member of ``group`` reached the barrier (a timeout raises)."""
+    g = resolve(group, "barrier")
+    g.check("barrier")
+    seq = g.arrive()
+    w = Work(g, "barrier", MPIRequest(g.comm.Ibarrier()), lambda _: None, seq)
+    return w if async_op else w.wait() and None
+
+
+def new_group(ranks=None, timeout=None, backend: str | None = None) -> ProcessGroup:
+    """A group of some world ranks; every process of the world calls it, members or not (as in torch).
+
+    :param ranks: world ranks of the members (default: all); the group ranks follow their order sorted.
+    :param timeout: the group's collective timeout (default: the world's).
+    """
+    w = world("new_group")
+    w.check("new_group")
+    members = list(range(w.size)) if ranks is None else ranks
+    if not isinstance(members, (list, tuple, range)) or not all(
+            isinstance(r, (int, np.integer)) and not isinstance(r, bool) for r in members):
+        raise TypeError(f"new_group(): ranks must be a list of ints (world ranks), got {ranks!r}")
+    members = sorted(int(r) for r in members)
+    bad = [r for r in members if not 0 <= r < w.size]
+    if bad or len(set(members)) != len(members) or not members:
+        raise ValueError(f"new_group(): ranks {ranks!r} must be distinct world ranks in 0..{w.size - 1}, at least one")
+    limit = w.timeout if timeout is None else seconds(timeout, "new_group()")
+    barrier(w)  # everyone is here, so the blocking group creation below cannot hang
+    comm = None
+    if w.rank in members:
+        comm = w.comm.Create_group(w.comm.Get_group().Incl(members))
+    return ProcessGroup(comm, members, limit, backend if backend is not None else w.backend, w.device_type)
+
+
+def destroy_process_group(group=None) -> None:
+    """Release ``group`` (default: the world and everything built on it)."""
+    if group is not None:
+        group.free()
+        return
+    g, _world[0] = _world[0], None
+    if g is not None:
+        g.free()
+
+
+__all__ = ["DistributedError", "DistributedTimeoutError", "ProcessGroup", "Work", "init_process_group",
+           "is_initialized", "get_rank", "get_world_size", "get_backend", "barrier", "new_group",
+           "destroy_process_group"]
