@@ -68,6 +68,9 @@ def backward(tensor, grad=None, retain_graph: bool = False) -> None:
             if g is not None and (n.op is None or n.retain):
                 n.grad = g if n.grad is None else n.grad + g
             if n.op is None:
+                if g is not None and n.hooks:
+                    for hook in n.hooks:
+                        hook()
                 continue
             if g is not None:
                 _propagate(n, g, grads)

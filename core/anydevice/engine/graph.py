@@ -52,15 +52,17 @@ class Node:
 
     ``inputs`` and ``out`` are the values saved for the op's VJP; ``backward()`` sets both to
     None once it has used them (unless ``retain_graph=True``), which returns their memory and
-    marks the node as used."""
+    marks the node as used. A leaf's ``hooks`` (None or a list) are called in order, with no
+    argument, right after a ``backward()`` accumulated its ``grad``."""
 
-    __slots__ = ("op", "attrs", "inputs", "out", "parents", "in_dtypes", "grad", "retain")
+    __slots__ = ("op", "attrs", "inputs", "out", "parents", "in_dtypes", "grad", "retain", "hooks")
 
     def __init__(self, op=None, attrs=None, inputs=(), out=None, parents=(), in_dtypes=()):
         self.op, self.attrs, self.inputs, self.out = op, attrs, inputs, out
         self.parents, self.in_dtypes = parents, in_dtypes
         self.grad = None
         self.retain = False
+        self.hooks = None   # a leaf's callables, each called after backward() added to its grad
 
     @property
     def is_leaf(self) -> bool:

@@ -19,6 +19,7 @@ Semantics, identical on every backend:
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 
@@ -104,6 +105,17 @@ class Tensor:
         if self._node is None:
             raise RuntimeError("retain_grad() on a tensor that does not require grad")
         self._node.retain = True
+
+    def register_post_accumulate_grad_hook(self, hook):
+        """Call ``hook(tensor)`` each time a ``backward()`` has added to this leaf's ``.grad``
+        (PyTorch's name; data-parallel training starts a gradient's all-reduce from it).
+        Returns a handle whose ``remove()`` unregisters it."""
+        if self._node is None or self._node.op is not None:
+            raise RuntimeError("register_post_accumulate_grad_hook(): only a leaf tensor that requires grad has an "
+                               "accumulated gradient; set requires_grad=True on a leaf (not on a computed tensor)")
+        if not callable(hook):
+            raise TypeError(f"register_post_accumulate_grad_hook(): hook must be callable, got {type(hook).__name__}")
+        return _GradHook(self, hook)
 
     def detach(self) -> Tensor:
         return _detached(self)
@@ -242,6 +254,22 @@ def _wrap(buf, shape, dtype, device, node=None) -> Tensor:
     t = _new(Tensor)
     t._buf, t.shape, t.dtype, t.device, t._node = buf, shape, dtype, device, node
     return t
+
+
+class _GradHook:
+    """A registered post-accumulate-grad hook; holds its tensor weakly (no reference cycle)."""
+
+    __slots__ = ("node", "call")
+
+    def __init__(self, tensor: Tensor, hook):
+        ref = weakref.ref(tensor)
+        self.node = tensor._node
+        self.call = lambda: hook(ref())
+        self.node.hooks = (self.node.hooks or []) + [self.call]
+
+    def remove(self) -> None:
+        hooks = [h for h in self.node.hooks or () if h is not self.call]
+        self.node.hooks = hooks or None
 
 
 def _detached(x):
