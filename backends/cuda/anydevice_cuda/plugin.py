@@ -49,6 +49,13 @@ def anydevice_environment(device_type):
 
 
 @hookimpl
+def anydevice_compile_graph(device_type, runtime, graph, kernels):
+    from .graph import compile_graph
+
+    return compile_graph(device_type, runtime, graph, kernels)
+
+
+@hookimpl
 def anydevice_all_reduce(device_type, runtime, buffers, op):
     from .collectives import all_reduce
 

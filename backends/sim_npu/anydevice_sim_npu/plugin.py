@@ -38,6 +38,13 @@ def anydevice_register_kernels(device_type, runtime, kernels):
 
 
 @hookimpl
+def anydevice_compile_graph(device_type, runtime, graph, kernels):
+    from .graph import compile_graph
+
+    return compile_graph(device_type, runtime, graph, kernels)
+
+
+@hookimpl
 def anydevice_environment(device_type):
     from .profiles import env_var, load_profile
 

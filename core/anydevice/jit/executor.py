@@ -6,9 +6,10 @@ node the native kernel the dispatcher would pick (``backend.kernels.lookup(op, c
 attributes, its pre-made scalar buffers and, for ``out=True`` kernels, the output shape and dtype.
 It then writes the replay as one straight-line Python function (kept in ``source`` for
 ``explain()``): a call per kernel, a call per claimed part, ``del`` after each value's last use
-(so intermediates are freed as early as in eager mode). Nodes without a native kernel, and nodes
-whose op checks values on the host (index bounds), run through ``dispatch.apply`` -- decomposition
-and CPU fallback as in eager mode -- and are counted in ``stats["dispatched"]``.
+(so intermediates are freed as early as in eager mode). Nodes without a native kernel run through
+``dispatch.apply`` -- decomposition and CPU fallback as in eager mode -- and are counted in
+``stats["dispatched"]``. An op's value check (index and label bounds) is not run again: capture
+recorded its ops as nodes and its host read-back as one of the graph's flags, read after the replay.
 
 The first replay runs interpreted: each claimed part's results are checked (count, shape, dtype);
 a part that raises or returns the wrong buffers is reported (a PluginError naming the plugin and
@@ -21,14 +22,41 @@ kernels that return views of their inputs (``reshape``) stay correct.
 """
 from __future__ import annotations
 
+import heapq
 import time
+import warnings
 
+from anydevice.base.errors import PluginError
 from anydevice.engine import dispatch
 from anydevice.engine import graph as _ag
 from anydevice.engine.tensor import _wrap
-from anydevice.jit import partition
 
 BACKENDS = ("auto", "planned", "eager")
+HOOK = "anydevice_compile_graph"
+
+
+class CompileWarning(UserWarning):
+    """A backend's graph compiler failed; the graph runs on the planned executor instead."""
+
+
+class Claim:
+    """Nodes a backend runs itself: ``executable(ctx, buffers) -> buffers`` over the boundary."""
+
+    __slots__ = ("ids", "executable", "inputs", "outputs", "plugin", "checked")
+
+    def __init__(self, ids, executable, inputs, outputs, plugin):
+        self.ids, self.executable, self.inputs, self.outputs, self.plugin = ids, executable, inputs, outputs, plugin
+        self.checked = False
+
+    def __repr__(self) -> str:
+        return f"<Claim of {self.plugin}: {len(self.ids)} nodes, {len(self.inputs)} in, {len(self.outputs)} out>"
+
+
+def report(plugin: str, what: str) -> PluginError:
+    """The PluginError of a failed claim, also issued as a :class:`CompileWarning`."""
+    err = PluginError(f"plugin {plugin}: {HOOK}() {what}; those nodes run on the planned executor instead")
+    warnings.warn(str(err), CompileWarning, stacklevel=3)
+    return err
 
 
 class FusedOp:
@@ -61,13 +89,18 @@ def _compute0(node):
     return c[0] if type(c) is tuple else c
 
 
+def _kw(attrs) -> dict:
+    """A node's attributes as its kernel takes them (no ``device``)."""
+    return {a: v for a, v in attrs.items() if a != "device"}
+
+
 class _Dispatched:
     """A node run through ``dispatch.apply`` (eager semantics), buffers in and out."""
 
     __slots__ = ("op", "attrs", "specs", "device", "multi")
 
     def __init__(self, node):
-        self.op, self.attrs, self.device = node.op, dict(node.attrs), _device_of(node)
+        self.op, self.attrs, self.device = node.op, node.attrs, _device_of(node)
         self.specs = [_spec(x) for x in node.inputs]
         self.multi = node.op.outputs is not None
 
@@ -96,38 +129,34 @@ def _tensor(spec, it):
 
 
 class Executable:
-    """One graph variant compiled for its devices; ``run(buffers)`` replays it.
+    """One graph variant planned for its devices, with the parts backends claimed
+    (:func:`anydevice.jit.partition.build` makes one); ``run(buffers)`` replays it.
 
-    ``buffers``: one per ``graph.inputs`` (None for a folded constant). Returns the buffers of
-    ``graph.outputs``, then of each write-back's value, then of each flag's value.
-    ``backend``: ``"auto"`` (backends' compile hooks, then the planned executor), ``"planned"``
-    (no hook), ``"eager"`` (every node through the dispatcher: the baseline ``check`` compares with).
+    ``buffers``: one per ``graph.inputs`` (constants included). Returns one buffer per
+    ``graph.results()``: the outputs, then the write-back values, then the flag values.
+    ``backend``: ``"auto"``/``"planned"`` (native kernels called directly), ``"eager"`` (every node
+    through the dispatcher).
     """
 
-    def __init__(self, graph, backend: str = "auto"):
+    def __init__(self, graph, backend: str = "auto", claimed=(), errors=(), by_id=None):
         if backend not in BACKENDS:
             raise ValueError(f"anydevice.jit.compile(): backend {backend!r} is not one of {', '.join(BACKENDS)}")
         t0 = time.perf_counter()
         self.graph, self.backend = graph, backend
-        self.view = partition.GraphView(graph)
-        self.errors: list = []
-        claimed = []
-        if backend == "auto":
-            for dev in dict.fromkeys(_device_of(n) for n in graph.nodes):
-                got, errs = partition.claims(graph, dev, self.view)
-                claimed += [c for c in got if self._own(c, dev)]
-                self.errors += errs
-        self.items, errs = partition.schedule(graph, claimed)
+        self.errors: list = list(errors)
+        self.items, errs = schedule(graph, list(claimed))
         self.errors += errs
         self._ns: dict = {}
+        self._random = {n.id for _, _, nodes, _ in getattr(graph, "random", ()) for n, _ in nodes}
         self._plan()
         self.compile_time = time.perf_counter() - t0
 
-    def _own(self, claim, dev) -> bool:
-        bad = [i for i in claim.ids if _device_of(self.view.by_id[i]) is not dev]
-        if bad:
-            self.errors.append(partition.report(claim.plugin, f"claims nodes {sorted(bad)[:8]} of another device than {dev}"))
-        return not bad
+    def __call__(self, buffers: list) -> list:
+        return self.run(buffers)
+
+    @property
+    def fused_kernels(self) -> int:
+        return self.stats["fused_kernels"]
 
     # --- planning -----------------------------------------------------------------------
     def _plan(self) -> None:
@@ -142,17 +171,16 @@ class Executable:
         self._interpreted = any(s[0] == "claim" and not s[1].checked for s in self.steps)
 
     def _step(self, item):
-        if isinstance(item, partition.Claim):
+        if isinstance(item, Claim):
             nodes = [n for n in self.graph.nodes if n.id in item.ids]
             return ("claim", item, _device_of(nodes[0]), FusedOp(item, nodes))
         node = item
         dev = _device_of(node)
-        k = None if self.backend == "eager" or node.op.check is not None or node.op.data_shape is not None else \
+        k = None if self.backend == "eager" or node.op.data_shape is not None else \
             dev._backend.kernels.lookup(node.op.name, _compute0(node))
         if k is None or any(not hasattr(x, "producer") and not isinstance(x, list) for x in node.inputs):
             return ("dispatch", node, dev, _Dispatched(node))
-        kw = {a: v for a, v in node.attrs.items() if a != "device"}
-        return ("native", node, dev, k, kw)
+        return ("native", node, dev, k, _kw(node.attrs), node.id in self._random)
 
     def _name(self, v) -> str:
         if v.const is not None:
@@ -191,7 +219,7 @@ class Executable:
                     and v.const is None]
             if dead:
                 lines.append("    del " + ", ".join(dead))
-        outs = list(g.outputs) + [v for v, _ in g.writebacks] + [f[0] for f in g.flags]
+        outs = g.results()
         lines.append("    return [" + ", ".join(self._name(v) for v in outs) + "]")
         src = "\n".join(lines) + "\n"
         exec(compile(src, f"<anydevice.jit replay of {len(g.nodes)} nodes>", "exec"), ns)  # noqa: S102
@@ -222,6 +250,9 @@ class Executable:
         extra = f", **a{k}" if kw else ""
         if kw:
             ns[f"a{k}"] = kw
+        if s[5]:  # a random node: its key and offset attributes are set before each replay
+            ns["_kw"], ns[f"n{k}"] = _kw, node.attrs
+            extra = f", **_kw(n{k})"
         if not kern.out:
             return [f"    {outs}{',' if len(node.outputs) > 1 else ''} = k{k}({cx}, {args}{extra})"]
         dev = s[2]
@@ -247,7 +278,7 @@ class Executable:
         """One replay item by item: checks unchecked claims, reports to the dispatcher's observers."""
         g, env = self.graph, {}
         for v, b in zip(g.inputs, buffers):
-            env[v.id] = v.const._buf if v.const is not None else b
+            env[v.id] = b if b is not None or v.const is None else v.const._buf
         observe = list(dispatch._observers)
         for s in self.steps:
             t0 = time.perf_counter()
@@ -262,7 +293,7 @@ class Executable:
                 if s[0] == "claim":
                     s[1].checked = True
             self._interpreted = False
-        outs = list(g.outputs) + [v for v, _ in g.writebacks] + [f[0] for f in g.flags]
+        outs = g.results()
         return [env[v.id] if v.const is None else v.const._buf for v in outs]
 
     def _get(self, env, x):
@@ -276,7 +307,7 @@ class Executable:
             vals = [x for x in node.inputs if hasattr(x, "producer") or isinstance(x, list)]
             r = s[3](*[self._get(env, x) for x in vals])
         else:
-            kern, kw, dev = s[3], s[4], s[2]
+            kern, kw, dev = s[3], _kw(node.attrs) if s[5] else s[4], s[2]
             bufs = [self._get(env, x) for x in node.inputs]
             if kern.out:
                 be = dev._backend
@@ -301,7 +332,7 @@ class Executable:
             except Exception as e:  # noqa: BLE001 - reported, then the nodes run planned
                 what = f"raised {type(e).__name__}: {e}"
             if what:
-                self.errors.append(partition.report(claim.plugin, f"executable {_fn_name(claim.executable)} {what}"))
+                self.errors.append(report(claim.plugin, f"executable {_fn_name(claim.executable)} {what}"))
                 self._rejected = claim
                 return False
         for v, b in zip(claim.outputs, outs):
@@ -311,8 +342,8 @@ class Executable:
     def _replan(self, buffers):
         """Drop the claim that failed, plan its nodes like the rest, and replay from the start."""
         bad = self._rejected
-        claimed = [it for it in self.items if isinstance(it, partition.Claim) and it is not bad]
-        self.items, _ = partition.schedule(self.graph, claimed)
+        claimed = [it for it in self.items if isinstance(it, Claim) and it is not bad]
+        self.items, _ = schedule(self.graph, claimed)
         self._ns = {}
         self._plan()
         self.stats["plugin_errors"] = len(self.errors)
@@ -353,3 +384,56 @@ def _bad_outputs(outs, values) -> str | None:
             return (f"returned {type(b).__name__} of shape {shape} and dtype {dt} for %{v.id}, "
                     f"expected shape {tuple(v.shape)} and dtype {v.dtype.name}")
     return None
+
+
+def schedule(graph, claimed: list) -> tuple[list, list]:
+    """``(items, errors)``: the nodes not claimed and the claims, in an order where each runs
+    after what it reads (graph order where possible); claims that would make a cycle are rejected."""
+    errors = []
+    while True:
+        items, stuck = _order(graph, claimed)
+        if not stuck:
+            return items, errors
+        bad = [c for c in claimed if any(c is s for s in stuck)]
+        errors += [report(c.plugin, f"claims nodes {sorted(c.ids)[:8]} that are not convex (a path leaves them "
+                                    "and comes back)") for c in bad]
+        claimed = [c for c in claimed if all(c is not b for b in bad)]
+
+
+def _order(graph, claimed: list) -> tuple[list, list]:
+    owner = {}
+    for c in claimed:
+        for i in c.ids:
+            owner[i] = c
+    items, key, pos = [], {}, {}
+    for k, n in enumerate(graph.nodes):
+        it = owner.get(n.id, n)
+        if id(it) not in key:
+            key[id(it)] = len(items)
+            items.append(it)
+        pos[n.id] = k
+    producer = {o.id: owner.get(n.id, n) for n in graph.nodes for o in n.outputs}
+    deps = {id(it): set() for it in items}
+    users: dict = {id(it): set() for it in items}
+    for n in graph.nodes:
+        it = owner.get(n.id, n)
+        for v in n.input_values():
+            p = producer.get(v.id)
+            if p is not None and p is not it:
+                deps[id(it)].add(id(p))
+                users[id(p)].add(id(it))
+    ready = [(key[id(it)], id(it)) for it in items if not deps[id(it)]]
+    heapq.heapify(ready)
+    by = {id(it): it for it in items}
+    done = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        done.append(by[i])
+        for u in users[i]:
+            deps[u].discard(i)
+            if not deps[u]:
+                heapq.heappush(ready, (key[u], u))
+    if len(done) == len(items):
+        return done, []
+    left = {id(it) for it in done}
+    return done, [it for it in items if id(it) not in left]

@@ -10,17 +10,10 @@ nodes run on the planned executor instead.
 """
 from __future__ import annotations
 
-import heapq
-import warnings
-
-from anydevice.base.errors import PluginError
+from anydevice.jit.executor import HOOK, Claim, CompileWarning, Executable, report
 from anydevice.runtime.plugins import manager
 
-HOOK = "anydevice_compile_graph"
-
-
-class CompileWarning(UserWarning):
-    """A backend's graph compiler failed; the graph runs on the planned executor instead."""
+__all__ = ["GraphView", "claims", "build", "CompileWarning"]
 
 
 class GraphView:
@@ -59,26 +52,6 @@ class GraphView:
         return ins, outs
 
 
-class Claim:
-    """Nodes a backend runs itself: ``executable(ctx, buffers) -> buffers`` over the boundary."""
-
-    __slots__ = ("ids", "executable", "inputs", "outputs", "plugin", "checked")
-
-    def __init__(self, ids, executable, inputs, outputs, plugin):
-        self.ids, self.executable, self.inputs, self.outputs, self.plugin = ids, executable, inputs, outputs, plugin
-        self.checked = False
-
-    def __repr__(self) -> str:
-        return f"<Claim of {self.plugin}: {len(self.ids)} nodes, {len(self.inputs)} in, {len(self.outputs)} out>"
-
-
-def report(plugin: str, what: str) -> PluginError:
-    """The PluginError of a failed claim, also issued as a :class:`CompileWarning`."""
-    err = PluginError(f"plugin {plugin}: {HOOK}() {what}; those nodes run on the planned executor instead")
-    warnings.warn(str(err), CompileWarning, stacklevel=3)
-    return err
-
-
 def claims(graph, device, view: GraphView | None = None) -> tuple[list, list]:
     """``(claims, errors)``: what ``device``'s plugin claims of ``graph``, checked."""
     be = device._backend
@@ -102,6 +75,10 @@ def claims(graph, device, view: GraphView | None = None) -> tuple[list, list]:
             errors.append(report(label, f"claim {k}: {what}"))
             continue
         ids = frozenset(item[0])
+        other = sorted(i for i in ids if view.by_id[i].outputs and view.by_id[i].outputs[0].device is not device)
+        if other:
+            errors.append(report(label, f"claim {k}: claims nodes {other[:8]} of another device than {device}"))
+            continue
         taken |= ids
         ins, outs = view.boundary(ids)
         out.append(Claim(ids, item[1], ins, outs, label))
@@ -133,54 +110,18 @@ def _short(x) -> str:
     return r if len(r) <= 60 else r[:57] + "..."
 
 
-def schedule(graph, claimed: list) -> tuple[list, list]:
-    """``(items, errors)``: the nodes not claimed and the claims, in an order where each runs
-    after what it reads (graph order where possible); claims that would make a cycle are rejected."""
-    errors = []
-    while True:
-        items, stuck = _order(graph, claimed)
-        if not stuck:
-            return items, errors
-        bad = [c for c in claimed if any(c is s for s in stuck)]
-        errors += [report(c.plugin, f"claims nodes {sorted(c.ids)[:8]} that are not convex (a path leaves them "
-                                    "and comes back)") for c in bad]
-        claimed = [c for c in claimed if all(c is not b for b in bad)]
 
 
-def _order(graph, claimed: list) -> tuple[list, list]:
-    owner = {}
-    for c in claimed:
-        for i in c.ids:
-            owner[i] = c
-    items, key, pos = [], {}, {}
-    for k, n in enumerate(graph.nodes):
-        it = owner.get(n.id, n)
-        if id(it) not in key:
-            key[id(it)] = len(items)
-            items.append(it)
-        pos[n.id] = k
-    producer = {o.id: owner.get(n.id, n) for n in graph.nodes for o in n.outputs}
-    deps = {id(it): set() for it in items}
-    users: dict = {id(it): set() for it in items}
-    for n in graph.nodes:
-        it = owner.get(n.id, n)
-        for v in n.input_values():
-            p = producer.get(v.id)
-            if p is not None and p is not it:
-                deps[id(it)].add(id(p))
-                users[id(p)].add(id(it))
-    ready = [(key[id(it)], id(it)) for it in items if not deps[id(it)]]
-    heapq.heapify(ready)
-    by = {id(it): it for it in items}
-    done = []
-    while ready:
-        _, i = heapq.heappop(ready)
-        done.append(by[i])
-        for u in users[i]:
-            deps[u].discard(i)
-            if not deps[u]:
-                heapq.heappush(ready, (key[u], u))
-    if len(done) == len(items):
-        return done, []
-    left = {id(it) for it in done}
-    return done, [it for it in items if id(it) not in left]
+def build(graph, backend: str = "auto") -> Executable:
+    """The graph partitioned and planned: ``run = build(graph); run(buffers)`` replays it.
+
+    ``backend="auto"`` asks each device's plugin (``anydevice_compile_graph``) what it runs itself;
+    ``"planned"`` skips the hooks; ``"eager"`` runs every node through the dispatcher."""
+    view = GraphView(graph)
+    claimed, errors = [], []
+    if backend == "auto":
+        for dev in dict.fromkeys(n.outputs[0].device for n in graph.nodes if n.outputs):
+            got, errs = claims(graph, dev, view)
+            claimed += got
+            errors += errs
+    return Executable(graph, backend, claimed, errors, view.by_id)
