@@ -84,7 +84,7 @@ _sys.modules[f"{__name__}.linalg"], _sys.modules[f"{__name__}.fft"] = linalg, ff
 
 _LAZY = {"amp", "data", "device", "nn", "optim", "optimizer", "utils", "profiler", "distributed", "plugins", "cli", "backend",
          "dispatch", "runtime", "engine", "api", "ops", "tools", "check", "bench", "dtypes", "errors", "devices",
-         "_backend"}
+         "_backend", "jit"}
 
 
 def __getattr__(name):
@@ -92,6 +92,10 @@ def __getattr__(name):
         import importlib
 
         return importlib.import_module(f"{__name__}.{name}")
+    if name == "compile":  # anydevice.compile is anydevice.jit.compile
+        import importlib
+
+        return importlib.import_module(f"{__name__}.jit").compile
     raise AttributeError(f"module 'anydevice' has no attribute {name!r}")
 
 

@@ -85,6 +85,7 @@ class Graph:
         self.flags: list = []        # (Value, expected host value, what): value checks read after a replay
         self.plan: dict = {}         # memory plan: {"slots": {...}, "planned_bytes": n, "eager_bytes": n}
         self.n_args = 0              # how many of ``inputs`` are function arguments
+        self.random: list = []       # (generator, blocks, [(node, offset delta)], trace offset): draws to redo
         self._next_id = 0
         self._next_node = 0
 
@@ -107,9 +108,15 @@ class Graph:
         """The nodes that read ``value``, in order."""
         return [n for n in self.nodes if any(x is value for x in n.input_values())]
 
+    def results(self) -> list:
+        """What an executor returns, in this order: the outputs, the write-back values (targets
+        that clear a gradient have none), the flag values."""
+        return (list(self.outputs) + [v for v, _ in self.writebacks if v is not None]
+                + [v for v, *_ in self.flags])
+
     def live_values(self) -> set:
         """Ids of values read by outputs, write-backs and flags (what must survive)."""
-        return {v.id for v in self.outputs} | {v.id for v, _ in self.writebacks} | {v.id for v, *_ in self.flags}
+        return {v.id for v in self.results()}
 
     # --- text and graphviz --------------------------------------------------------------
     def dump(self) -> str:
@@ -125,7 +132,7 @@ class Graph:
             types = ", ".join(o.type_str() for o in n.outputs)
             lines.append(f"{lhs} = {n.op.name}({', '.join(args)}) : {types}")
         for v, target in self.writebacks:
-            lines.append(f"writeback {target} <- {v!r}")
+            lines.append(f"writeback {target} <- {'None' if v is None else repr(v)}")
         for v, expected, what in self.flags:
             lines.append(f"flag {v!r} == {expected!r} ({what})")
         lines.append("return " + ", ".join(repr(v) for v in self.outputs))
@@ -153,7 +160,7 @@ class Graph:
         for j, (v, target) in enumerate(self.writebacks):
             label = str(target).replace('"', "'")
             out.append(f'  wb{j} [shape=note, label="{label}"];')
-            if v.id in src:
+            if v is not None and v.id in src:
                 out.append(f'  {src[v.id]} -> wb{j} [style=dashed];')
         out.append("}")
         return "\n".join(out)
@@ -188,7 +195,9 @@ class Graph:
             nn.outputs = tuple(outs)
             g.nodes.append(nn)
         g.outputs = [val(v) for v in self.outputs]
-        g.writebacks = [(val(v), t) for v, t in self.writebacks]
+        g.writebacks = [(None if v is None else val(v), t) for v, t in self.writebacks]
+        nodes = {n.id: n for n in g.nodes}
+        g.random = [(gen, b, [(nodes[n.id], d) for n, d in ns if n.id in nodes], o) for gen, b, ns, o in self.random]
         g.flags = [(val(v), e, w) for v, e, w in self.flags]
         return g
 
