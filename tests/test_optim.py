@@ -384,3 +384,92 @@ def test_clip_grad_value_():
     np.testing.assert_array_equal(ps[0].grad.numpy(), [-1.0, 0.5, 1.0])
     with pytest.raises(ValueError, match="clip_value must be >= 0"):
         nn.utils.clip_grad_value_(ps, -1.0)
+
+
+# --- the fused update ops -------------------------------------------------------------------------
+CAPTURE_CASES = [(optim.Adam, {"lr": 0.1}), (optim.AdamW, {"lr": 0.1, "amsgrad": True}),
+                 (optim.SGD, {"lr": 0.05, "momentum": 0.8, "dampening": 0.3}),
+                 (optim.RMSprop, {"lr": 0.01, "centered": True, "momentum": 0.5}),
+                 (optim.Adagrad, {"lr": 0.1, "lr_decay": 0.05})]
+
+
+@pytest.mark.parametrize("cls, kw", CAPTURE_CASES, ids=[c.__name__ for c, _ in CAPTURE_CASES])
+def test_every_step_calls_one_update_op_whose_attributes_never_change(cls, kw):
+    """What changes from step to step reaches the update op as a tensor (the step count, the
+    bias corrections computed from it), so a captured step replays like eager."""
+    calls = []
+    params = [nn.parameter(s.astype(np.float32)) for s in _targets()[0]]
+    opt = cls(params, **kw)
+    op = opt._op
+
+    def recording(*args, **attrs):
+        calls.append((args, attrs))
+        return op(*args, **attrs)
+
+    opt._op = recording
+    starts, targets = _targets()
+    for _ in range(4):
+        opt.zero_grad()
+        _loss(params, targets, [np.ones_like(t) for t in targets]).backward()
+        opt.step()
+    assert len(calls) == 4 * len(params)
+    assert all(attrs == calls[0][1] for _, attrs in calls)
+    assert all(isinstance(a, ad.Tensor) for args, _ in calls for a in args)
+    for st in opt.state.values():
+        step = st["step"]
+        assert isinstance(step, ad.Tensor) and step.shape == () and step.dtype == ad.float32 and step.item() == 4.0
+
+
+def test_states_the_options_leave_unused_are_not_kept():
+    p = nn.parameter([1.0, 2.0])
+    for opt, unused in ((optim.Adam([p]), "max_exp_avg_sq"), (optim.SGD([p]), "momentum_buffer"),
+                        (optim.RMSprop([p]), "grad_avg")):
+        (p * p).sum().backward()
+        opt.step()
+        p.clear_grad()
+        assert unused not in opt.state[p]
+
+
+@pytest.mark.parametrize("saved_step", [3, 3.0, np.int64(3), "tensor"])
+def test_state_dicts_with_int_or_tensor_steps_load_and_resume(saved_step):
+    starts, targets = _targets(2)
+    scales = [np.ones_like(t) for t in targets]
+
+    def train(params, opt, n):
+        for _ in range(n):
+            opt.zero_grad()
+            _loss(params, targets, scales).backward()
+            opt.step()
+
+    params = [nn.parameter(s.astype(np.float32)) for s in starts]
+    opt = optim.Adam(params, lr=0.1)
+    train(params, opt, 3)
+    sd = opt.state_dict()
+    assert all(type(st["step"]) is int and st["step"] == 3 for st in sd["state"].values())
+    old = {"param_groups": sd["param_groups"],
+           "state": {k: {**st, "step": ad.asarray(3.0) if saved_step == "tensor" else saved_step}
+                     for k, st in sd["state"].items()}}
+    resumed = [nn.parameter(p.numpy()) for p in params]
+    opt2 = optim.Adam(resumed, lr=0.1)
+    opt2.load_state_dict(old)
+    train(params, opt, 2)
+    train(resumed, opt2, 2)
+    for a, b in zip(params, resumed):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert all(st["step"].item() == 5.0 for st in opt2.state.values())
+
+
+def test_update_ops_name_the_argument_that_is_wrong():
+    p, g = ad.ones((2, 3)), ad.ones((2, 3))
+    step = ad.zeros((), dtype=ad.float32)
+    with pytest.raises(ValueError, match=r"adam_update\(\): grad has shape \(3,\) but param has shape \(2, 3\)"):
+        ad.adam_update(p, ad.ones(3), p, p, p, step)
+    with pytest.raises(TypeError, match=r"sgd_update\(\): step must be a 0-d float32 tensor"):
+        ad.sgd_update(p, g, p, ad.zeros((), dtype=ad.int32))
+    with pytest.raises(ValueError, match=r"rmsprop_update\(\): alpha must be a number in \[0, 1\)"):
+        ad.rmsprop_update(p, g, p, p, p, step, alpha=1.0)
+    with pytest.raises(TypeError, match=r"adagrad_update\(\) does not accept dtype float16"):
+        h = p.astype(ad.float16)
+        ad.adagrad_update(h, h, h, step)
+    new_p, new_sum, new_step = ad.adagrad_update(p, g, p, step, lr=0.5)
+    assert new_step.item() == 1.0 and p.numpy().tolist() == [[1.0] * 3] * 2  # inputs are never changed
