@@ -82,3 +82,60 @@ def test_packed_matmul_propagates_nan_and_inf():
     np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
     fin = np.isfinite(want)
     np.testing.assert_allclose(got[fin], want[fin], rtol=1e-4, atol=1e-3)
+
+
+# --- vectorized reductions: rows (reduced axes last) and columns (reduced axes first) ------------
+def _fp64() -> bool:
+    return get_backend("opencl").runtime.has_fp64(0)
+
+
+REDUCERS = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
+
+
+@pytest.mark.parametrize("shape,axis", [((1_000_003,), None), ((37, 1001), 1), ((37, 1001), 0), ((5, 70_000), 1),
+                                        ((70_000, 3), 0), ((130, 7, 65), (0, 1)), ((3, 4, 50), 1), ((64, 31), -1),
+                                        ((2, 64), 0), ((129,), 0), ((17,), None), ((0, 5), 0), ((6, 0), 1)])
+@pytest.mark.parametrize("kind", ["sum", "max", "min"])
+def test_float32_reductions_match_numpy(shape, axis, kind):
+    a = RNG.standard_normal(shape).astype(np.float32)
+    if kind != "sum" and 0 in shape:
+        return  # max/min of nothing is an error, tested elsewhere
+    want = REDUCERS[kind](a.astype(np.float64), axis=axis)
+    got = getattr(ad, kind)(on(a), axis=axis).numpy()
+    assert got.shape == np.shape(want) and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.sqrt(max(a.size, 1)))
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "int64", "uint8", "uint32", "uint64", "float64"])
+@pytest.mark.parametrize("kind", ["sum", "prod", "max", "min"])
+def test_reductions_of_other_dtypes_are_exact(dtype, kind):
+    if dtype == "float64" and not _fp64():
+        pytest.skip("float64 needs cl_khr_fp64")
+    d = np.dtype(dtype)
+    hi = 3 if kind == "prod" else 100
+    a = RNG.integers(0 if d.kind == "u" else -hi, hi, size=(33, 517)).astype(d)
+    for axis in (None, 0, 1):
+        want = REDUCERS[kind](a, axis=axis) if kind in ("max", "min") else getattr(ad, kind)(ad.asarray(a), axis=axis).numpy()
+        got = getattr(ad, kind)(on(a), axis=axis).numpy()
+        assert got.dtype == np.asarray(want).dtype
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("shape,axis", [((40_000,), None), ((9, 3000), 1), ((3000, 9), 0), ((300, 70), 0)])
+def test_max_min_propagate_nan_and_infinities(shape, axis):
+    a = RNG.standard_normal(shape).astype(np.float32)
+    flat = a.reshape(-1)
+    flat[::997] = np.inf
+    flat[5::1999] = -np.inf
+    flat[1234 % flat.size] = np.nan
+    for kind in ("max", "min"):
+        want = REDUCERS[kind](a, axis=axis)
+        np.testing.assert_array_equal(getattr(ad, kind)(on(a), axis=axis).numpy(), want)
+
+
+def test_sum_reads_a_view_at_an_offset():
+    a = RNG.standard_normal((64, 1000)).astype(np.float32)
+    x = ad.reshape(on(a.reshape(-1)), (64, 1000))  # a view sharing the buffer
+    np.testing.assert_allclose(ad.sum(x[7:40], axis=1).numpy(), a[7:40].sum(axis=1), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(ad.sum(x[:, 3:900], axis=0).numpy(), a[:, 3:900].sum(axis=0), rtol=1e-5, atol=1e-4)
+    assert ran("vred_sum_float32_rows") and ran("vred_sum_float32_cols")

@@ -8,6 +8,7 @@ A kernel is named by a *spec*, a small tuple whose first item says what it is:
   signature (the op's index in :func:`ewg_ops` is an argument), over 4 strided dims;
 - ``("red", kind, in, out, L)``: a reduction with work-groups of ``L``; kinds ``"any"`` (sum,
   prod, max, min) and ``"arg"`` (argmax, argmin) are generic: the kind is an argument;
+- ``("vred", kind, dtype, "rows" | "cols")``: a vectorized sum, prod, max or min (in = out dtype);
 - ``("mm", dtype, "tiled" | "rows" | "simple" | "packed")``: matmul (``"pack"``: B into column panels
   for ``"packed"``); ``("take", dtype, idx)``;
   ``("arange", dtype, via)``; ``("philox", "uint8")`` (the random bits, compiled in a program of its own).
@@ -400,6 +401,61 @@ def _reduction(name: str, kind: str, in_dt: str, out_dt: str, local: int) -> str
     return fn + head + body
 
 
+
+#: dtypes of the vectorized reductions (:func:`_vreduction`); 16-bit floats, bool and complex keep ``"red"``
+VRED_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64")
+VRED_COLS = 64  # columns of a "cols" work-item (four 16-wide accumulators)
+_VCOMBINE = {"sum": "((a) + (b))", "prod": "((a) * (b))",
+             "max": "select((b), (a), ((a) >= (b)) | ((a) != (a)))", "min": "select((b), (a), ((a) <= (b)) | ((a) != (a)))"}
+_VCOMBINE_INT = {"max": "max((a), (b))", "min": "min((a), (b))"}
+
+
+def _vreduction(name: str, kind: str, dt: str, layout: str) -> str:
+    """Sum, prod, max or min of ``dt`` with 16-wide vector loads and no local memory; one kernel
+    per layout, each work-item independent (PoCL runs the work-items of a group in turn):
+
+    - ``"rows"``: element (i, k) at ``x_o + i*sm + k``; work-item g reduces chunk ``g % P`` (of C
+      elements) of row ``g / P`` into ``out[g]`` with two vector accumulators, then a tree of halves;
+    - ``"cols"``: element (i, k) at ``x_o + i + k*sk``; work-item g owns VRED_COLS adjacent outputs
+      (block ``g % nj``) over chunk ``g / nj`` of k and writes ``out[(g / nj) * M + i]``.
+
+    The identity and the comparison (NaN wins, as numpy) are those of :data:`_COMBINE` (macros
+    ``VC_`` for vectors, ``SC_`` for scalars). Arguments: out, out_o, x, x_o, M, K, stride, P, C."""
+    ct = CTYPES[dt]
+    T = ct.compute
+    comb = (_VCOMBINE_INT.get(kind) if ct.kind in "iu" else None) or _VCOMBINE[kind]
+    ident = f"({T})({_COMBINE[kind][1].format(lo=ct.lo, hi=ct.hi)})"
+    scomb = _COMBINE_INT[kind] if ct.kind in "iu" and kind in _COMBINE_INT else _COMBINE[kind][0]
+    head = (f"#define VC_{name}(a, b) {comb}\n#define SC_{name}(a, b) ({T})({scomb})\n"
+            f"__kernel void {name}(__global {T}* out, long out_o, __global const {T}* x, long x_o,\n"
+            "       long M, long K, long st, long P, long C) {\n  long g = get_global_id(0);\n")
+    v, sv = f"VC_{name}", f"SC_{name}"
+    if layout == "rows":
+        return head + (
+            "  if (g >= M * P) return;\n"
+            "  long k0 = (g % P) * C, k1 = min(K, k0 + C), kk = k0;\n"
+            f"  __global const {T}* p = x + x_o + (g / P) * st;\n"
+            f"  {T}16 a0 = {ident}, a1 = {ident}; {T} s = {ident};\n"
+            f"  for (; kk + 32 <= k1; kk += 32) {{ a0 = {v}(a0, vload16(0, p + kk)); a1 = {v}(a1, vload16(0, p + kk + 16)); }}\n"
+            f"  for (; kk + 16 <= k1; kk += 16) a0 = {v}(a0, vload16(0, p + kk));\n"
+            f"  for (; kk < k1; kk++) s = {sv}(s, p[kk]);\n"
+            f"  a0 = {v}(a0, a1); {T}8 a8 = {v}(a0.lo, a0.hi); {T}4 a4 = {v}(a8.lo, a8.hi); {T}2 a2 = {v}(a4.lo, a4.hi);\n"
+            f"  out[out_o + g] = {sv}(s, {sv}(a2.x, a2.y));\n}}\n")
+    W, R = VRED_COLS, range(VRED_COLS // 16)
+    return head + (
+        f"  long nj = (M + {W - 1}) / {W}; if (g >= nj * P) return;\n"
+        f"  long j0 = (g % nj) * {W}, p = g / nj, k0 = p * C, k1 = min(K, k0 + C);\n"
+        f"  __global const {T}* q = x + x_o + j0; __global {T}* o = out + out_o + p * M + j0;\n"
+        f"  if (j0 + {W} <= M) {{\n    {T}16 " + ", ".join(f"a{r} = {ident}" for r in R) + ";\n"
+        "    for (long kk = k0; kk < k1; kk++) {\n"
+        f"      __global const {T}* r = q + kk * st;\n      "
+        + " ".join(f"a{r} = {v}(a{r}, vload16(0, r + {16 * r}));" for r in R) + "\n    }\n    "
+        + " ".join(f"vstore16(a{r}, 0, o + {16 * r});" for r in R) + "\n"
+        "  } else {\n"
+        "    for (long j = 0; j < M - j0; j++) {\n"
+        f"      {T} s = {ident};\n      for (long kk = k0; kk < k1; kk++) s = {sv}(s, q[kk * st + j]);\n"
+        "      o[j] = s;\n    }\n  }\n}\n")
+
 # --- matmul ------------------------------------------------------------------------------------
 def _mul(T: str, a: str, b: str) -> str:
     """``a * b`` in C type ``T`` (complex: :data:`complex_c.COMPLEX_HELPERS`' cmul)."""
@@ -612,7 +668,7 @@ def home(spec: tuple) -> str:
         return spec[2][-1]
     if kind == "ewg":
         return spec[1][-1]
-    if kind == "red":
+    if kind in ("red", "vred"):
         return spec[2]
     return spec[1]
 
@@ -632,6 +688,8 @@ def kernel_source(spec: tuple) -> str:
         return _generic_elementwise(n, *spec[1:])
     if kind == "red":
         return _reduction(n, *spec[1:])
+    if kind == "vred":
+        return _vreduction(n, *spec[1:])
     if kind == "mm":
         return {"rows": _matmul_rows, "simple": _matmul_simple, "tiled": _matmul, "pack": _matmul_pack,
                 "packed": _matmul_packed}[spec[2]](n, spec[1])
@@ -707,6 +765,8 @@ def family(dt: str, fp64: bool) -> frozenset:
     if _is_bits(dt):
         specs += [("ew", "copy", (dt,), dt, m) for m in ew_modes(1)[1:]]
     specs += [("red", k, dt, o, L) for k in _reduce_kinds(dt) for o in _reduce_outs(dt) for L in REDUCE_LOCAL]
+    if dt in VRED_DTYPES:
+        specs += [("vred", k, dt, lay) for k in REDUCTIONS[:4] for lay in ("rows", "cols")]
     if CTYPES[dt].kind != "c":
         specs += [("red", k, dt, "int64", L) for k in REDUCTIONS[4:] for L in REDUCE_LOCAL]
     if dt != "bool":

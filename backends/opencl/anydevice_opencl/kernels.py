@@ -289,6 +289,9 @@ def reduce(ctx, kind: str, out, x, axes: tuple) -> None:
         args = [out.handle, _off(out), x_h, x_o, code, k, sm, sk, 1, k]
         _launch(ctx, generic, (m * generic[-1],), (generic[-1],), args)
         return
+    if not arg and xd == od and xd in codegen.VRED_DTYPES:
+        _vreduce(ctx, kind, out, x_h, x_o, xd, m, k, sm, sk)
+        return
     if arg or m > 64 or k < 16384:
         _run_reduce(ctx, kind, out.handle, _off(out), od, x_h, x_o, xd, m, k, sm, sk)
         return
@@ -297,6 +300,24 @@ def reduce(ctx, kind: str, out, x, axes: tuple) -> None:
     part = ctx.empty((m * chunks,), _DTYPES[codegen.PARTIAL.get(od, od)])
     _run_reduce(ctx, kind, part.handle, _off(part), part.dtype.name, x_h, x_o, xd, m, k, sm, sk, chunks)
     _run_reduce(ctx, kind, out.handle, _off(out), od, part.handle, _off(part), part.dtype.name, m, chunks, chunks, 1)
+
+
+def _vreduce(ctx, kind, out, x_h, x_o, dt, m, k, sm, sk) -> None:
+    """:func:`codegen._vreduction` over rows (``sk == 1``) or columns (``sm == 1``); few outputs
+    split k into chunks (enough work-items for every core), whose partials one more launch reduces."""
+    if sk == 1:
+        lay, items, st = "rows", m, sm
+        chunks = 1 if m >= 64 else max(1, min(-(-k // 8192), 256 // m))
+    else:
+        lay, items, st = "cols", -(-m // codegen.VRED_COLS), sk
+        chunks = 1 if items >= 32 else max(1, min(-(-k // 256), 64 // items))
+    dst = out if chunks == 1 else ctx.empty((chunks * m,), _DTYPES[dt])
+    c = -(-k // chunks)
+    n = items * chunks
+    _launch(ctx, ("vred", kind, dt, lay), (-(-n // 16) * 16,), (16,),
+            [dst.handle, _off(dst), x_h, x_o, m, k, st, chunks, c])
+    if chunks > 1:  # rows: partials (m, chunks); cols: partials (chunks, m)
+        _vreduce(ctx, kind, out, dst.handle, _off(dst), dt, m, chunks, *((chunks, 1) if lay == "rows" else (1, m)))
 
 
 def _reduce_kernel(kind: str):
