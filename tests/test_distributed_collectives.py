@@ -46,7 +46,95 @@ if SLOW:
 def test_every_collective_matches_numpy(tmp_path, n, device, dtypes):
     p, reports = mpirun(n, "collectives.py", device, dtypes, tmp_path)
     assert sorted(reports) == list(range(n)), p.stdout + p.stderr
-    for r, rep in reports.items():
+    for rep in reports.values():
         assert rep["failures"] == [], rep["failures"]
         # every rank checks every collective of every dtype (gather/recv ranks check a few more)
         assert rep["checks"] >= 15 * len(dtypes.split(",")), rep
+
+
+FAULTS = [("exit", "cpu", 2, ()), ("hang", "npu", 2, ()), ("crash", "cpu", 3, ("-disable-auto-cleanup",))]
+if SLOW:
+    FAULTS += [("exit", "npu", 4, ()), ("hang", "cpu", 4, ())]
+
+
+@pytest.mark.parametrize("mode,device,n,flags", FAULTS, ids=[f"{m}-{d}-{n}" for m, d, n, _ in FAULTS])
+def test_a_missing_rank_makes_the_others_time_out(tmp_path, mode, device, n, flags):
+    """The last rank exits right after init, hangs, or dies; every other rank raises within the 3 s timeout."""
+    p, reports = mpirun(n, "faults.py", mode, device, 3, tmp_path, flags=flags, timeout=40)
+    assert sorted(reports) == list(range(n - 1)), p.stdout + p.stderr
+    for r, rep in reports.items():
+        assert rep["error"] == "DistributedTimeoutError", rep
+        assert 3.0 <= rep["seconds"] < 4.5, rep
+        msg = rep["message"]
+        assert msg.startswith(f"all_reduce() timed out after 3 s on world rank {r} in a group of {n}"), msg
+        assert f"world rank(s) [{n - 1}] did not arrive" in msg, msg
+        # the group is broken afterwards: the next collective fails at once, saying why
+        assert rep["after"] == "DistributedError" and rep["after_seconds"] < 0.5, rep
+        assert "broken since an earlier failure (all_reduce() timed out" in rep["after_message"]
+
+
+def test_vendor_collectives_and_the_counted_fallback_to_mpi(tmp_path):
+    n = 2
+    p, reports = mpirun(n, "backends.py", tmp_path)
+    assert sorted(reports) == list(range(n)), p.stdout + p.stderr
+    for rep in reports.values():
+        # npu's plugin gives simccl: all_reduce runs there, right and uncounted
+        assert rep["backend_npu"] == "simccl" and rep["all_reduce_ok"] and rep["after_all_reduce"] == {}
+        # its modelled time sits on npu:0's clock: 2 (n-1) steps of 8 us + 2 (n-1)/n of 1 MiB at 50 GB/s
+        [(name, seconds)] = rep["trace"]
+        assert name == "simccl.all_reduce"
+        assert seconds == pytest.approx(2 * (n - 1) * 8e-6 + 2 * (n - 1) / n * (1 << 20) / 50e9, rel=1e-9)
+        # reduce (not simccl's), float16 all_reduce (declined) and xpu (no collectives) go through MPI, counted
+        assert rep["counts"] == {"reduce/npu": 2, "all_reduce/npu": 1, "all_reduce/xpu": 3}
+        assert rep["warnings"] == ["all_reduce() has no xpu collective",
+                                   "all_reduce() on npu was declined by its communicator 'simccl' for these tensors",
+                                   "reduce() has no npu collective"]  # once each
+        assert rep["float16_value"] == [2.0, 4.0] and rep["xpu_value"] == [3.0]
+        # backend="mpi" asked for: chosen, not counted
+        assert rep["mpi_backend"] == "mpi" and rep["mpi_counts"] == {} and rep["mpi_value"] == [2.0]
+    assert reports[0]["reduce_value"] == [2.0, 4.0] and reports[1]["reduce_value"] == [1.0, 2.0]
+
+
+ERRORS = {
+    "uninitialized": ("RuntimeError", "all_reduce(): the default process group is not initialized; call "
+                      "anydevice.distributed.init_process_group() first"),
+    "uninitialized_rank": ("RuntimeError", "get_rank(): the default process group is not initialized"),
+    "bad_timeout": ("ValueError", "init_process_group(): timeout must be a positive number of seconds"),
+    "init_twice": ("RuntimeError", "init_process_group(): the default process group is already initialized"),
+    "gather_list_length": ("ValueError", "all_gather(): tensor_list has 1 tensors; it needs one per rank of the group (2)"),
+    "gather_list_shape": ("ValueError", "all_gather(): tensor_list[1] has shape [3], expected [2]"),
+    "gather_list_dtype": ("TypeError", "all_gather(): tensor_list[1] is int32 but the tensor is float32"),
+    "into_tensor_dtype": ("TypeError", "all_gather_into_tensor(): output_tensor is int32 but the other tensor is float32"),
+    "into_tensor_shape": ("ValueError", "all_gather_into_tensor(): output_tensor has shape [3, 2]; with 2 ranks and a "
+                          "[2] tensor it must be [2, 2] or [4]"),
+    "src_out_of_range": ("ValueError", "broadcast(): src=2 is not a rank of this group of 2; allowed: 0..1"),
+    "src_negative": ("ValueError", "broadcast(): src=-1 is not a rank of this group of 2"),
+    "src_not_int": ("TypeError", "broadcast(): src must be an int (a world rank), got str"),
+    "dst_out_of_range": ("ValueError", "reduce(): dst=5 is not a rank of this group of 2"),
+    "bool_sum": ("TypeError", "all_reduce(): op 'sum' does not accept bool tensors; use MAX (any) or MIN (all)"),
+    "int_avg": ("TypeError", "all_reduce(): op 'avg' needs a floating tensor, got int32"),
+    "unknown_op": ("ValueError", "all_reduce(): op 'median' is not a reduction; allowed: ReduceOp.SUM, AVG"),
+    "not_a_tensor": ("TypeError", "all_reduce(): tensor must be an anydevice Tensor, got ndarray"),
+    "send_to_self": ("ValueError", "a rank cannot send to itself"),
+    "tag_range": ("ValueError", "send(): tag must be an int in 0..31999, got 1000000"),
+    "split_sizes": ("ValueError", "all_to_all_single(): input_split_sizes=[1, 3]; only equal splits ([2, 2])"),
+    "new_group_ranks": ("ValueError", "new_group(): ranks [0, 5] must be distinct world ranks in 0..1"),
+    "grad_leaf": ("RuntimeError", "all_reduce(): a leaf tensor that requires grad cannot be updated in place while "
+                  "gradients are recorded; wrap the call in anydevice.no_grad()"),
+}
+
+
+@pytest.mark.parametrize("device", ["cpu", "npu"])
+def test_bad_input_names_the_collective_and_the_argument(tmp_path, device):
+    p, reports = mpirun(2, "errors.py", device, tmp_path)
+    assert sorted(reports) == [0, 1], p.stdout + p.stderr
+    for r, rep in reports.items():
+        cases = rep["cases"]
+        for name, (etype, text) in ERRORS.items():
+            assert cases[name][0] == etype and text in cases[name][1], (r, name, cases[name])
+        assert cases["grad_leaf_no_grad"] == [2.0, 4.0]  # under no_grad the update is allowed, as in torch
+    assert reports[0]["cases"]["scatter_list"][1] == ("scatter(): scatter_list has 1 tensors; it needs one per rank "
+                                                      "of the group (2)")
+    assert reports[1]["cases"]["scatter_list"][1].startswith("scatter(): scatter_list is only given on the source rank 0")
+    assert reports[1]["cases"]["non_member"] == ["ValueError", "all_reduce(): this rank (world rank 1) is not a member "
+                                                 "of the group (world ranks [0]); only members may call its collectives"]

@@ -16,7 +16,7 @@ import anydevice as ad
 import anydevice.distributed as dist
 
 dev_type, dtypes, out_dir = sys.argv[1], sys.argv[2].split(","), sys.argv[3]
-dist.init_process_group(timeout=20)
+dist.init_process_group(timeout=20, device_type=dev_type)
 rank, n = dist.get_rank(), dist.get_world_size()
 dev = f"{dev_type}:0"
 checks, failures = [0], []

@@ -67,3 +67,10 @@ def anydevice_all_reduce(device_type, runtime, buffers, op):
         return be.empty(be.physical.index(buffers[i].index), shape, dtype)
 
     return runtime.all_reduce(buffers, op, allocate)
+
+
+@hookimpl
+def anydevice_collectives(device_type, runtime):
+    from .collectives import factory
+
+    return factory(runtime)

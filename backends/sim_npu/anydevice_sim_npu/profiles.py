@@ -34,6 +34,8 @@ class Profile:
     dtypes: tuple = ()           # names; empty = every anydevice dtype
     missing_ops: tuple = ()      # primitives without a native kernel (they fall back to the cpu)
     host_bandwidth: float = 25e9  # host <-> device link bytes/s (PCIe-like), for queued copies
+    link_bandwidth: float = 50e9  # device <-> device interconnect bytes/s per link (collectives across processes)
+    link_latency: float = 8e-6    # seconds per message step of a collective
 
     def device_time(self, nbytes: int, flops: float) -> float:
         """Roofline estimate in seconds: launch latency + max(compute time, memory time)."""
@@ -106,9 +108,9 @@ def _coerce(key, value, where):
         if isinstance(value, str) or not all(isinstance(v, str) for v in value):
             raise ValueError(f"{where}: {key} must be a list of names, got {value!r}")
         value = tuple(value)
-    elif key in ("peak_flops", "bandwidth", "launch_latency"):
+    elif key in ("peak_flops", "bandwidth", "launch_latency", "host_bandwidth", "link_bandwidth", "link_latency"):
         value = float(value)
-        if value < 0 or (value == 0 and key != "launch_latency"):
+        if value < 0 or (value == 0 and not key.endswith("latency")):
             raise ValueError(f"{where}: {key} must be positive, got {value!r}")
     return value
 

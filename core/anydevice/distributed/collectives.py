@@ -99,7 +99,7 @@ def _run(group, name: str, like: Tensor, x: Tensor | None, finish, *args, peer=N
     comm, staged = comms.engine(g, dev.type, args[0])
     req = _start(comm, staged, x, args)
     if req is None:  # the plugin's communicator declined this call (a dtype it lacks, ...)
-        comms.count(args[0], dev.type)
+        comms.count(args[0], dev.type, getattr(comm, "name", type(comm).__name__))
         comm, staged = comms.host(g), True
         req = _start(comm, staged, x, args)
     seq = g.arrive() if peer is None else g.seq

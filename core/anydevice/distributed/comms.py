@@ -126,20 +126,22 @@ def engine(group, device_type: str, name: str):
     return host(group), True
 
 
-def count(name: str, device_type: str) -> None:
+def count(name: str, device_type: str, declined_by: str | None = None) -> None:
     from anydevice.engine.dispatch import get_fallback_mode
 
+    what = (f"{name}() has no {device_type} collective" if declined_by is None else
+            f"{name}() on {device_type} was declined by its communicator {declined_by!r} for these tensors")
     mode = get_fallback_mode()
     if mode == "error":
-        raise FallbackError(f"{name}() has no {device_type} collective and would be staged through host memory "
-                            f"over MPI; set ANYDEVICE_FALLBACK=warn to allow it")
+        raise FallbackError(f"{what} and would be staged through host memory over MPI; set ANYDEVICE_FALLBACK=warn "
+                            f"to allow it")
     key = (name, device_type)
     with _lock:
         _counts[key] += 1
         first = key not in _warned
         _warned.add(key)
     if first and mode == "warn":
-        warnings.warn(f"{name}() has no {device_type} collective; staging it through host memory over MPI. "
+        warnings.warn(f"{what}; staging it through host memory over MPI. "
                       f"Set ANYDEVICE_FALLBACK=silent to hide this, or =error to forbid it.",
                       CollectiveFallbackWarning, stacklevel=_user_stacklevel())
 

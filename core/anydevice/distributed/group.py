@@ -172,7 +172,7 @@ class Work:
             who = f"world rank {self.peer} did not take part (it exited, hangs, or called something else)"
         else:
             miss = g.missing(self.seq)
-            who = (f"world rank(s) {miss} did not arrive (exited, hang, or are still in earlier work)" if miss else
+            who = (f"world rank(s) {miss} did not arrive (they exited, hang, or are still busy with earlier work)" if miss else
                    "every member arrived, so some member called a different collective or passed another shape")
         msg = (f"{self.name}() timed out after {limit:g} s on world rank {me} in a group of {g.size} "
                f"(world ranks {g.ranks}); {who}")
