@@ -13,6 +13,10 @@ from anydevice.base import dtypes as _dt
 from anydevice.ops import amp as _policy
 
 _tls = threading.local()
+#: ``[n]``: regions open on all threads together; the dispatcher's call cache is skipped while
+#: any is open (changed under ``_lock`` only)
+regions = [0]
+_lock = threading.Lock()
 _CASTABLE = (_dt.float16, _dt.bfloat16, _dt.float32)
 
 
@@ -36,10 +40,14 @@ def push(mode) -> None:
     if stack is None:
         stack = _tls.stack = []
     stack.append(mode)
+    with _lock:
+        regions[0] += 1
 
 
 def pop() -> None:
     _tls.stack.pop()
+    with _lock:
+        regions[0] -= 1
 
 
 def cast_inputs(op, inputs, mode, astype):

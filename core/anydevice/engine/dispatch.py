@@ -14,6 +14,7 @@ For each (op, device, compute dtype) the first call chooses a *path* and caches 
 from __future__ import annotations
 
 import collections
+import math
 import os
 import threading
 import time
@@ -25,7 +26,7 @@ from anydevice.base import dtypes as _dt
 from anydevice.base.errors import FallbackError, OutOfMemoryError, PluginError
 from anydevice.engine import autocast as _autocast
 from anydevice.engine import graph as _ag
-from anydevice.engine.tensor import Tensor, _detached, _wrap
+from anydevice.engine.tensor import Tensor, _detached, _new, _wrap
 from anydevice.ops import load_all
 from anydevice.ops.registry import KEY_TYPES, MAX_SIZE, REQUIRED, all_ops, check_category, fit_scalar, get_op, scalar_value
 from anydevice.runtime.allocator import fmt_bytes
@@ -228,13 +229,167 @@ def _flat(inputs):
 
 # --- the call path -----------------------------------------------------------------------
 def call(op, args, kwargs):
-    """Run ``op`` on ``args``/``kwargs`` (the public function of every op)."""
-    if op.fast and not kwargs and not _observers:
-        r = _try_fast(op, args)
-        if r is not None:
-            return r
+    """Run ``op`` on ``args``/``kwargs`` (the public function of every op).
+
+    A call whose inputs are tensors and whose attributes are plain values looks up everything
+    validation worked out for the same (devices, dtypes, shapes, attribute values and types) in
+    the op's call cache and goes straight to the kernel; any other call, and the first of each
+    kind, takes the full path, which fills the cache when it succeeds (errors are never cached)."""
+    if not _observers and _tracer is None and not _autocast.regions[0]:
+        if op.fast and not kwargs:
+            r = _try_fast(op, args)
+            if r is not None:
+                return r
+        key = _call_key(args, kwargs)
+        if key is not None:
+            e = op.plans.get(_CALLS, _EMPTY).get(key)
+            if e is not None:
+                return _hit(op, e, args, key)
+            inputs, attrs = _bind(op, args, kwargs)
+            return apply(op, _as_tensors(op, inputs), attrs, key)
     inputs, attrs = _bind(op, args, kwargs)
     return apply(op, _as_tensors(op, inputs), attrs)
+
+
+# --- the call cache ------------------------------------------------------------------------------
+# ``op.plans[_CALLS]`` maps a call's key to an _Entry; it lives in ``op.plans`` so that whatever
+# re-plans an op (``op.plans.clear()``) forgets its calls too. A key holds descriptors only:
+# each tensor's KernelContext (one per device), dtype and shape, and every other argument with
+# its type (True, 1 and 1.0 are equal in Python, not to validation), never a tensor or a buffer.
+_CALLS = None
+_EMPTY: dict = {}
+_CALLS_MAX = 4096
+_KEYABLE = frozenset({type(None), bool, int, str, type(Ellipsis), _dt.DType, Device})
+_SEQ_PLAIN = frozenset({type(None), bool, int, str, type(Ellipsis), _dt.DType})
+
+
+def _call_key(args, kwargs):
+    """The cache key of a call, or None when an argument is not a plain value or a tensor."""
+    k = []
+    for a in args:
+        t = type(a)
+        if t is Tensor:
+            k += (a.device._ctx, a.dtype, a.shape)
+        elif t in _KEYABLE:
+            k += (t, a)
+        elif not _key_part(k, t, a):
+            return None
+    if kwargs:
+        for name, a in kwargs.items():
+            k.append(name)
+            t = type(a)
+            if t in _KEYABLE:
+                k += (t, a)
+            elif t is Tensor or not _key_part(k, t, a):
+                return None
+    return tuple(k)
+
+
+def _key_part(k, t, a) -> bool:
+    """Append the key of a sequence (tensors of a list input, or a tuple/list attribute) or of a
+    float; False when ``a`` cannot be part of a key."""
+    if t is float:
+        k += (t, a, math.copysign(1.0, a))  # 0.0 == -0.0, but they are different fill values
+        return True
+    if t is not tuple and t is not list:
+        return False
+    if a and type(a[0]) is Tensor:  # a list input: its tensors
+        k += (t, len(a))
+        for x in a:
+            if type(x) is not Tensor:
+                return False
+            k += (x.device._ctx, x.dtype, x.shape)
+        return True
+    tag = _seq_tag(a)
+    if tag is None:
+        return False
+    k += (t, tuple(a), tag)
+    return True
+
+
+def _seq_tag(a):
+    """The element types of a sequence attribute (nested sequences tagged in turn), or None."""
+    ts = tuple(map(type, a))
+    if _SEQ_PLAIN.issuperset(ts):
+        return ts
+    out = []
+    for e, t in zip(a, ts):
+        if t is tuple or t is list:
+            sub = _seq_tag(e)
+            if sub is None:
+                return None
+            out.append((t, sub))
+        elif t is float:
+            out.append((t, math.copysign(1.0, e)))
+        elif t in _KEYABLE:
+            out.append(t)
+        else:
+            return None
+    return tuple(out)
+
+
+class _Entry:
+    """What the full path worked out for one kind of call: the inputs' device, the validated
+    and canonical attributes, compute and result dtypes, casts, result shape; ``fn`` is the
+    kernel when the plan is native (and then ``kw`` the kernel's keywords)."""
+
+    __slots__ = ("device", "attrs", "compute", "casts", "out_shape", "out_dtype", "fn", "out", "kw", "n", "direct")
+
+    def __init__(self, op, device, attrs, compute, casts, out_shape, out_dtype, n):
+        self.device, self.attrs, self.compute, self.casts = device, attrs, compute, casts
+        self.out_shape, self.out_dtype, self.n = out_shape, out_dtype, n
+        plan = op.plans.get((device._ctx, compute[0] if type(compute) is tuple else compute))
+        native = plan is not None and plan[0] == NATIVE
+        self.fn = plan[1].fn if native else None
+        self.out = native and plan[1].out
+        self.kw = {k: v for k, v in attrs.items() if k != "device"}
+        # the kernel can be called at once: native, one output, no casts, no value check
+        self.direct = native and casts is None and op.check is None and op.outputs is None and not op.variadic
+
+
+def _store(op, key, entry) -> None:
+    calls = op.plans.get(_CALLS)
+    if calls is None or len(calls) >= _CALLS_MAX:
+        calls = op.plans[_CALLS] = {}  # a new dict: threads reading the old one keep a valid view
+    calls[key] = entry
+
+
+def _hit(op, e, args, key):
+    """Run a call whose validation the cache holds: the kernel at once when it can be, else the
+    full path's tail (casts, value checks, decomposition or fallback, the graph)."""
+    n = e.n
+    if e.direct:
+        if n == 1:
+            x = args[0]
+            if x._node is None or not op.differentiable or not _ag.is_grad_enabled():
+                return _run_direct(e, (x._buf,))
+        elif n == 2:
+            x, y = args[0], args[1]
+            if (x._node is None and y._node is None) or not op.differentiable or not _ag.is_grad_enabled():
+                return _run_direct(e, (x._buf, y._buf))
+        else:
+            inputs = args[:n]
+            if all(t._node is None for t in inputs) or not op.differentiable or not _ag.is_grad_enabled():
+                return _run_direct(e, [t._buf for t in inputs])
+    if op.variadic:
+        inputs = [list(args[0])]
+        tensors = inputs[0]
+    else:
+        inputs = tensors = list(args[:n])
+    return _finish(op, inputs, tensors, e.attrs, e.device, e.compute, e.casts, e.out_shape, e.out_dtype,
+                   None if e.fn is not None else (key, e))
+
+
+def _run_direct(e, bufs):
+    device = e.device
+    if e.out:
+        out = device._backend.empty(device.index, e.out_shape, e.out_dtype)
+        e.fn(device._ctx, out, *bufs, **e.kw)
+    else:
+        out = e.fn(device._ctx, *bufs, **e.kw)
+    t = _new(Tensor)
+    t._buf, t.shape, t.dtype, t.device, t._node = out, e.out_shape, e.out_dtype, device, None
+    return t
 
 
 def _try_fast(op, args):
@@ -261,10 +416,13 @@ def _try_fast(op, args):
     return _wrap(buf, x.shape, plan[1], x.device)
 
 
-def apply(op, inputs, attrs):
+def apply(op, inputs, attrs, key=None):
+    """The full path: validate, cast, run, wrap, record. ``key``: the call's cache key
+    (:func:`call`); when the call succeeds, what it validated is cached under it."""
     mode = _autocast.current()
     if mode is not None:  # an autocast region: the op's policy may cast its floating inputs first
         inputs = _autocast.cast_inputs(op, inputs, mode, _astype)
+        key = None
     flat = list(_flat(inputs)) if op.variadic else inputs
     tensors = []
     scalars = False
@@ -282,6 +440,8 @@ def apply(op, inputs, attrs):
                     f"device with .to() first (anydevice never copies between devices implicitly)"
                 )
     else:
+        if key is not None and type(attrs.get("device")) is not Device:
+            key = None  # a device given by name, or the current one: resolved again on every call
         device = _device_attr(op, attrs.get("device"))
     if op.has_device_attr:
         attrs["device"] = device
@@ -317,14 +477,29 @@ def apply(op, inputs, attrs):
     elif out_dtype is not None:
         check_size(op.name, out_shape, out_dtype, device)
 
-    # cast inputs to the compute dtype, then value checks that need data (index bounds)
+    # cast inputs to the compute dtype (``casts``: None when none is needed)
+    casts = None
     if compute is not None:
-        if type(compute) is tuple:
-            if scalars or any(d is not c for d, c in zip(in_dtypes, compute)):
-                inputs = _cast_inputs(op, inputs, compute, device, in_dtypes)
-            compute = compute[0]
-        elif scalars or any(d is not compute for d in in_dtypes):
-            inputs = _cast_inputs(op, inputs, compute, device, in_dtypes)
+        per = compute if type(compute) is tuple else None
+        if scalars or (any(d is not c for d, c in zip(in_dtypes, per)) if per else
+                       any(d is not compute for d in in_dtypes)):
+            casts = in_dtypes
+    if key is not None and (scalars or op.data_shape is not None):
+        key = None  # scalars become tensors, data-dependent sizes are read back: every call
+    if key is not None:
+        key = (key, _Entry(op, device, attrs, compute, casts, out_shape, out_dtype, len(flat) if not op.variadic else 1))
+    return _finish(op, inputs, tensors, attrs, device, compute, casts, out_shape, out_dtype, key)
+
+
+def _finish(op, inputs, tensors, attrs, device, compute, casts, out_shape, out_dtype, store):
+    """The full path after validation: casts to the compute dtype, value checks that need data
+    (index bounds), the plan, the result as a Tensor, the graph, the observers. ``store``:
+    ``(key, entry)`` to cache once the call succeeded."""
+    multi = op.outputs is not None
+    if casts is not None:
+        inputs = _cast_inputs(op, inputs, compute, device, casts)
+    if type(compute) is tuple:
+        compute = compute[0]
     if op.check is not None:
         op.check(xp, inputs, attrs)
 
@@ -362,6 +537,13 @@ def apply(op, inputs, attrs):
             obs(op, device, path, dt, inputs, result)
     if _tracer is not None and _depth() == 0 and not getattr(_tls, "quiet", False):
         _tracer(op, inputs, attrs, result, compute)
+    if store is not None:
+        key, entry = store
+        if entry.fn is None and path == NATIVE:  # this call made the plan: the entry takes its kernel
+            entry = _Entry(op, device, entry.attrs, entry.compute, entry.casts, out_shape, out_dtype, entry.n)
+        elif op.plans.get(_CALLS, _EMPTY).get(key) is entry:
+            return result
+        _store(op, key, entry)
     return result
 
 
