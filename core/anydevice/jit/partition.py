@@ -10,6 +10,11 @@ nodes run on the planned executor instead.
 """
 from __future__ import annotations
 
+import numpy as np
+
+from anydevice.engine import dispatch as _dispatch
+from anydevice.engine import graph as _ag
+from anydevice.engine.tensor import Tensor, _wrap
 from anydevice.jit.executor import HOOK, Claim, CompileWarning, Executable, report
 from anydevice.runtime.plugins import manager
 
@@ -116,7 +121,12 @@ def build(graph, backend: str = "auto") -> Executable:
     """The graph partitioned and planned: ``run = build(graph); run(buffers)`` replays it.
 
     ``backend="auto"`` asks each device's plugin (``anydevice_compile_graph``) what it runs itself;
-    ``"planned"`` skips the hooks; ``"eager"`` runs every node through the dispatcher."""
+    ``"planned"`` skips the hooks; ``"eager"`` runs every node through the dispatcher. Except for
+    ``"eager"``, composite nodes that the dispatcher decomposes on their device are first replaced
+    by the nodes of their decomposition (:func:`inline_decompositions`), so a backend sees (and can
+    fuse) the element-wise work inside ``linear``, ``log_softmax`` or an optimizer's update."""
+    if backend != "eager":
+        graph = inline_decompositions(graph)
     view = GraphView(graph)
     claimed, errors = [], []
     if backend == "auto":
@@ -125,3 +135,155 @@ def build(graph, backend: str = "auto") -> Executable:
             claimed += got
             errors += errs
     return Executable(graph, backend, claimed, errors, view.by_id)
+
+
+# --- decompositions inlined -----------------------------------------------------------------------
+def _decomposed_here(node) -> bool:
+    """Whether eager mode runs ``node`` through its decomposition on its device (the plan the
+    dispatcher cached while the graph was traced), so inlining it changes nothing it computes."""
+    op = node.op
+    if op.decomposition is None or op.data_shape is not None or not node.outputs:
+        return False
+    dev = node.outputs[0].device
+    c = node.compute[0] if type(node.compute) is tuple else node.compute
+    if dev._backend.kernels.lookup(op.name, c) is not None:
+        return False
+    key = (dev._ctx, c)
+    plan = op.plans.get(key)
+    if plan is None or plan[0] != _dispatch.DECOMPOSED:
+        return False
+    return not (op.attrs and (key, tuple(node.attrs.values())) in op.plans)  # a fallback for these attributes
+
+
+def inline_decompositions(graph, rounds: int = 4):
+    """A copy of ``graph`` where each node :func:`_decomposed_here` is replaced by the ops its
+    decomposition runs (traced once on the node's input shapes), repeated for nested composite ops;
+    ``graph`` itself when there is none. Random nodes keep their attribute dicts (the caller sets
+    their key and offset before each replay)."""
+    random_ids = {n.id for _, _, ns, _ in getattr(graph, "random", ()) for n, _ in ns}
+    if not any(_decomposed_here(n) and n.id not in random_ids for n in graph.nodes):
+        return graph
+    g = graph.copy()
+    originals = {n.id: n for n in graph.nodes}
+    for n in g.nodes:
+        if n.id in random_ids:
+            n.attrs = originals[n.id].attrs
+    for _ in range(rounds):
+        subst, nodes, changed = {}, [], False
+        for node in list(g.nodes):
+            node.inputs = tuple(_subst(x, subst) for x in node.inputs)
+            sub = None
+            if node.id not in random_ids and _decomposed_here(node):
+                sub = _trace(g, node)
+            if sub is None:
+                nodes.append(node)
+                continue
+            new_nodes, outs = sub
+            nodes += new_nodes
+            subst.update({o.id: v for o, v in zip(node.outputs, outs)})
+            changed = True
+        g.nodes = nodes
+        g.outputs = [_subst(v, subst) for v in g.outputs]
+        g.writebacks = [(_subst(v, subst), t) for v, t in g.writebacks]
+        g.flags = [(_subst(v, subst), *rest) for v, *rest in g.flags]
+        if not changed:
+            break
+    _drop_unused(g)
+    return g
+
+
+def _subst(x, subst):
+    if isinstance(x, list):
+        return [_subst(e, subst) for e in x]
+    return subst.get(x.id, x) if hasattr(x, "producer") and x is not None else x
+
+
+def _trace(g, node):
+    """``(nodes, output values)`` of ``node``'s decomposition, or None when it cannot be traced
+    (anything raised, a random draw inside, an output that is neither traced nor an input)."""
+    dev = node.outputs[0].device
+    values, recorded = {}, []
+    ins = []
+    for x in node.inputs:
+        if isinstance(x, list):
+            ins.append([_placeholder(v, values) for v in x])
+        elif hasattr(x, "producer"):
+            ins.append(_placeholder(x, values))
+        else:
+            ins.append(x)
+
+    def tracer(op, inputs, attrs, result, compute):
+        recorded.append((op, inputs, dict(attrs), result, compute))
+
+    old = _dispatch._tracer
+    _dispatch._tracer = tracer
+    _dispatch.add_observer(_quiet_observer)  # no fast path: every op reaches the tracer
+    try:
+        with _ag.no_grad():
+            c = node.compute[0] if type(node.compute) is tuple else node.compute
+            outd = tuple(o.dtype for o in node.outputs) if node.op.outputs is not None else node.outputs[0].dtype
+            r = _dispatch._decompose(node.op, ins, dict(node.attrs), dev, c, outd)
+    except Exception:  # noqa: BLE001 - the node stays as it is (dispatched at replay)
+        return None
+    finally:
+        _dispatch._tracer = old
+        _dispatch.remove_observer(_quiet_observer)
+    nodes = []
+    for op, inputs, attrs, result, compute in recorded:
+        if op.category == "random" or "key" in attrs:
+            return None
+        vin = tuple(_value_of(g, x, values) for x in inputs)
+        res = result if isinstance(result, tuple) else (result,)
+        n = g.add_node(op, vin, attrs, [(t.shape, t.dtype, t.device) for t in res], compute)
+        g.nodes.pop()  # the caller places it
+        for t, v in zip(res, n.outputs):
+            values[id(t)] = (v, t)
+        nodes.append(n)
+    res = r if isinstance(r, tuple) else (r,)
+    outs = [values.get(id(t), (None,))[0] for t in res]
+    if any(v is None for v in outs) or len(outs) != len(node.outputs):
+        return None
+    if any(o.shape != v.shape or o.dtype is not v.dtype for o, v in zip(node.outputs, outs)):
+        return None
+    return nodes, outs
+
+
+def _quiet_observer(*args) -> None:
+    pass
+
+
+def _placeholder(v, values):
+    """A tensor standing for value ``v`` while its node's decomposition is traced: the constant
+    itself, else zeros of its shape, dtype and device."""
+    if v.const is not None:
+        t = v.const
+    else:
+        be = v.device._backend
+        t = _wrap(be.from_host(v.device.index, np.zeros(v.shape, v.dtype.numpy), v.dtype), v.shape, v.dtype, v.device)
+    values[id(t)] = (v, t)
+    return t
+
+
+def _value_of(g, x, values):
+    if isinstance(x, list):
+        return [_value_of(g, e, values) for e in x]
+    if not isinstance(x, Tensor):
+        return x
+    hit = values.get(id(x))
+    if hit is not None:
+        return hit[0]
+    v = g.new_value(x.shape, x.dtype, x.device, const=x)  # made inside the decomposition from host data
+    values[id(x)] = (v, x)
+    return v
+
+
+def _drop_unused(g) -> None:
+    """Remove nodes whose results nothing reads (a decomposition's own value checks, read on the
+    host while tracing it; the graph's flags already hold the checks of the ops it replaced)."""
+    live = {v.id for v in g.results()}
+    keep = []
+    for n in reversed(g.nodes):
+        if any(o.id in live for o in n.outputs):
+            keep.append(n)
+            live.update(v.id for v in n.input_values())
+    g.nodes = keep[::-1]

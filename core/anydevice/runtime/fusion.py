@@ -99,8 +99,10 @@ def chains(graph, accept, accept_reduction=None, min_nodes: int = 2, device_type
             shape = tuple(node.outputs[0].shape)
             for g in producers:
                 if g is not None and not g.closed and g.shape == shape and _may_join(g, producers):
-                    target = g
-                    break
+                    if target is None:
+                        target = g
+                    elif g is not target and _may_merge(target, g, groups):  # one chain from two
+                        _merge(target, g, groups, group_of)
             if target is None:
                 target = _Group(shape)
                 groups.append(target)
@@ -116,8 +118,12 @@ def chains(graph, accept, accept_reduction=None, min_nodes: int = 2, device_type
         target.preds.update(g for g in producers if g is not None and g is not target)
         for o in node.outputs:
             group_of[o.id] = target
+    order = {n.id: k for k, n in enumerate(graph.nodes)}
     out = []
     for g in groups:
+        if g.nodes is None:  # merged into another
+            continue
+        g.nodes.sort(key=lambda n: order[n.id])
         if sum(n.op.name != "broadcast_to" for n in g.nodes) < min_nodes:
             continue
         ids = {n.id for n in g.nodes}
@@ -129,6 +135,29 @@ def chains(graph, accept, accept_reduction=None, min_nodes: int = 2, device_type
 def _may_join(g, producers) -> bool:
     """A node reading from ``producers`` may join ``g`` unless one of its other inputs depends on ``g``."""
     return not any(p is not None and p is not g and _depends(p, g) for p in producers)
+
+
+def _may_merge(a, b, groups) -> bool:
+    """Two open groups may become one unless a path leaves one and enters the other."""
+    for x, y in ((a, b), (b, a)):
+        if any(p is not x and (_depends(p, x) or p is x) for p in y.preds if p is not x):
+            return False
+    return True
+
+
+def _merge(a, b, groups, group_of) -> None:
+    """Group ``b`` joins ``a``: its nodes, its producers, and whoever depended on it."""
+    a.nodes += b.nodes
+    a.preds |= {p for p in b.preds if p is not a}
+    for g in groups:
+        if b in g.preds:
+            g.preds.discard(b)
+            if g is not a:
+                g.preds.add(a)
+    for k, g in list(group_of.items()):
+        if g is b:
+            group_of[k] = a
+    b.nodes, b.closed = None, True
 
 
 def _values(inputs):
