@@ -2,18 +2,22 @@
 from __future__ import annotations
 
 import argparse
+import itertools
+import os
 import time
 
 import numpy as np
 
 import anydevice as ad
 from anydevice import nn, optim
-from anydevice.data import DataLoader, TensorDataset
+from anydevice.data import DataLoader, DistributedSampler, TensorDataset
 
 
 def arguments(description: str, steps: int, argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=description)
-    p.add_argument("--device", default="cpu", help="where to train: cpu, npu:0, xpu:0, dcu:0, opencl:0, cuda:0, ...")
+    p.add_argument("--device", default=os.environ.get("ANYDEVICE_DEVICE") or "cpu",
+                   help="where to train: cpu, npu:0, xpu:0, dcu:0, opencl:0, cuda:0, ... (default: $ANYDEVICE_DEVICE, "
+                        "which `anydevice launch --devices TYPE` sets per process, else cpu)")
     p.add_argument("--steps", type=int, default=steps, help=f"optimizer steps (default {steps})")
     p.add_argument("--seed", type=int, default=0, help="seed of the weights, the dropout masks and the batch order")
     return p.parse_args(argv)
@@ -30,12 +34,37 @@ def digits(seed: int):
     return x[order[:cut]], y[order[:cut]], x[order[cut:]], y[order[cut:]]
 
 
-def batches(x, y, batch_size: int, seed: int, device):
-    """Endless shuffled batches on ``device`` (a new order every epoch, from ``seed``)."""
-    loader = DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=True, drop_last=True,
-                        generator=ad.Generator().manual_seed(seed), device=device)
-    while True:
+def batches(x, y, batch_size: int, seed: int, device, world: int = 1, rank: int = 0):
+    """Endless shuffled batches on ``device`` (a new order every epoch, from ``seed``); with ``world > 1``
+    this rank's ``batch_size // world`` samples of each global batch (a DistributedSampler)."""
+    ds = TensorDataset(x, y)
+    if world == 1:
+        loader = DataLoader(ds, batch_size=batch_size, shuffle=True, drop_last=True,
+                            generator=ad.Generator().manual_seed(seed), device=device)
+        while True:
+            yield from loader
+    sampler = DistributedSampler(ds, num_replicas=world, rank=rank, seed=seed, drop_last=True)
+    loader = DataLoader(ds, batch_size=batch_size // world, sampler=sampler, drop_last=True, device=device)
+    for epoch in itertools.count():
+        sampler.set_epoch(epoch)
         yield from loader
+
+
+def data_parallel(model, log=print):
+    """Under ``anydevice launch`` (``WORLD_SIZE`` > 1): ``(DistributedDataParallel(model), world, rank,
+    a log that prints on rank 0 only)``; otherwise ``(model, 1, 0, log)``."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return model, 1, 0, log
+    import anydevice.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group()
+    rank = dist.get_rank()
+    return dist.DistributedDataParallel(model), dist.get_world_size(), rank, log if rank == 0 else _silent
+
+
+def _silent(*args, **kwargs) -> None:
+    pass
 
 
 def train(model, opt, loss_of, data, steps: int, log=print) -> list:
@@ -69,10 +98,12 @@ def classify_digits(model, device, steps: int, seed: int, lr: float, shape=(64,)
     returns the loss of every step and the test accuracy."""
     x, y, xt, yt = digits(seed)
     x, xt = x.reshape((-1,) + shape), xt.reshape((-1,) + shape)
+    model, world, rank, log = data_parallel(model, log)
     ad.manual_seed(seed + 1)  # dropout draws from the device's default generator: restart them all alike
     opt = optim.Adam(model.parameters(), lr=lr)
     ce = nn.CrossEntropyLoss()
-    losses = train(model, opt, lambda m, b: ce(m(b[0]), b[1]), batches(x, y, 64, seed, device), steps, log)
+    data = batches(x, y, 64, seed, device, world, rank)
+    losses = train(model, opt, lambda m, b: ce(m(b[0]), b[1]), data, steps, log)
     acc = accuracy(model, xt, yt, device)
     log(f"test accuracy {acc:.2%} on {device}")
     return {"losses": losses, "accuracy": acc}

@@ -1,7 +1,9 @@
 """A 64-256-10 perceptron on sklearn's 8x8 digits: ``python examples/mlp_digits.py --device npu:0``.
 
 Prints the loss curve and the test accuracy; the same seed gives the same curve on every device
-(within float32 rounding)."""
+(within float32 rounding). Data-parallel on two simulated npus, each rank training on its half of
+every batch of 64 (rank 0 prints; the loss shown is rank 0's half):
+``anydevice launch --nproc-per-node 2 --devices npu examples/mlp_digits.py``."""
 from __future__ import annotations
 
 import anydevice as ad

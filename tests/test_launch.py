@@ -145,3 +145,18 @@ def test_place_from_each_mpi():
     assert _rank.place({"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"}) == \
         {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4"}
     assert _rank.place({}) == {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+
+
+@pytest.mark.parametrize("devices", ["npu", "cpu"])
+def test_the_mlp_example_trains_data_parallel_and_only_rank_0_prints(devices):
+    example = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "mlp_digits.py")
+    r = subprocess.run([sys.executable, "-m", "anydevice.tools.cli", "launch", "--nproc-per-node", "2",
+                        *(["--devices", devices] if devices != "cpu" else []), "--timeout", "120", example,
+                        "--steps", "10"], capture_output=True, text=True, timeout=180,
+                       env=dict(os.environ, ANYDEVICE_FALLBACK="silent"))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert [ln.split()[1] for ln in lines if ln.startswith("step")] == [str(i) for i in range(1, 11)]
+    where = "npu:0" if devices == "npu" else "cpu"
+    assert [ln for ln in lines if ln.startswith("test accuracy")] == [next(ln for ln in lines if "accuracy" in ln)]
+    assert lines[-1].endswith(f"on {where}")

@@ -38,6 +38,7 @@ from .collectives import (
     send,
 )
 from .comms import CollectiveFallbackWarning, fallback_counts, reset_fallback_counts
+from .ddp import DataParallel, DistributedDataParallel
 from .devices import OPS, all_reduce_devices
 from .group import (
     DistributedError,
@@ -68,4 +69,4 @@ __all__ = ["ReduceOp", "all_gather", "all_gather_into_tensor", "all_reduce", "al
            "scatter", "send", "CollectiveFallbackWarning", "fallback_counts", "reset_fallback_counts", "OPS",
            "all_reduce_devices", "DistributedError", "DistributedTimeoutError", "ProcessGroup", "Work", "barrier",
            "destroy_process_group", "get_backend", "get_rank", "get_world_size", "init_process_group",
-           "is_initialized", "new_group", "is_available", "get_device"]
+           "is_initialized", "new_group", "is_available", "get_device", "DistributedDataParallel", "DataParallel"]

@@ -41,7 +41,7 @@ def failures(run_dir: str) -> list:
     """``[(rank, exit status, error text)]`` of the ranks that failed, in the order they failed."""
     found = []
     for name in os.listdir(run_dir):
-        if name.startswith("failed-") and name.endswith(".txt") and not name.endswith(".tmp"):
+        if name.startswith("failed-") and name.endswith(".txt"):
             path = os.path.join(run_dir, name)
             with open(path, encoding="utf-8", errors="replace") as f:
                 status, _, text = f.read().partition("\n")
@@ -63,17 +63,17 @@ def running(run_dir: str) -> dict:
 
 def record_death(run_dir: str, rank: int) -> None:
     """What the launcher records for a rank that vanished without an error (a signal, ``os._exit``)."""
-    with open(os.path.join(run_dir, f"failed-{rank}.txt"), "w", encoding="utf-8") as f:
-        f.write("1\nthe process ended without an error message or exit status (killed by a signal, the "
-                "out-of-memory killer, or os._exit)")
+    _note(f"failed-{rank}.txt", "1\nthe process ended without an error message or exit status (killed by a "
+          "signal, the out-of-memory killer, or os._exit)", run_dir)
 
 
-def _note(name: str, text: str = "") -> None:
-    run_dir = os.environ.get(RUN_DIR)
+def _note(name: str, text: str = "", run_dir: str | None = None) -> None:
+    run_dir = run_dir or os.environ.get(RUN_DIR)
     if run_dir and os.path.isdir(run_dir):
-        with open(os.path.join(run_dir, name + ".tmp"), "w", encoding="utf-8") as f:
+        tmp = os.path.join(run_dir, f".{name}.tmp")   # hidden until complete: listings skip dot files
+        with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
-        os.replace(os.path.join(run_dir, name + ".tmp"), os.path.join(run_dir, name))
+        os.replace(tmp, os.path.join(run_dir, name))
 
 
 def _record(rank: str, status: int, text: str) -> None:
