@@ -210,30 +210,36 @@ class CompiledFunction:
                 bufs.append(b)
         return bufs
 
-    def _execute(self, v, flat):
+    def _execute(self, v, flat, offsets: list):
+        """Run the graph; ``offsets`` receives (generator, offset before) for each draw."""
         g = v.graph
         bufs = self._inputs(v, flat)
-        offsets = []
         for gen, blocks, nodes, _ in g.random:
             offsets.append((gen, gen.offset))
             key, off = gen.reserve(blocks)
             for node, delta in nodes:
                 node.attrs["key"], node.attrs["offset"] = key, off + delta
         with _ag.no_grad(), _no_autocast():
-            out = v.run(bufs)
-        return out, offsets
+            return v.run(bufs)
 
     def _replay(self, v, args, kwargs, flat, pre):
         g = v.graph
-        out, offsets = self._execute(v, flat)
-        flags = out[v.n_out + v.n_wb:]
-        for (fv, expected, _), b in zip(g.flags, flags):
-            host = np.asarray(fv.device._backend.to_host(b, fv.device.index, fv.shape, fv.dtype))
-            if not np.array_equal(host, expected, equal_nan=host.dtype.kind in "fc"):
-                for gen, off in offsets:  # undo the draws, then run the step as eager would
-                    gen.set_state(_gen_state(gen, off))
-                self.stats["flag_fallbacks"] += 1
-                return self.fn(*args, **kwargs)
+        offsets = []
+        try:
+            out = self._execute(v, flat, offsets)
+            failed = next((what for (fv, expected, what), b in zip(g.flags, out[v.n_out + v.n_wb:])
+                           if not _holds(fv, b, expected)), None)
+        except Exception as e:  # a kernel refused what a value check would have (an index out of range)
+            failed = e
+        if failed is not None:  # nothing was written back: undo the draws, run the call as eager does
+            for gen, off in offsets:
+                gen.set_state(_gen_state(gen, off))
+            self.stats["flag_fallbacks"] += 1
+            result = self.fn(*args, **kwargs)
+            if isinstance(failed, Exception):
+                warnings.warn(f"anydevice.jit: replaying {self.name} failed ({type(failed).__name__}: {failed}) "
+                              "where eager execution succeeded; this call ran eagerly", JitWarning, stacklevel=3)
+            return result
         if self.check:
             self.stats["checks"] += 1
             for gen, off in offsets:
@@ -265,6 +271,11 @@ class CompiledFunction:
             else:
                 leaves.append(s)
         return _state.unflatten(v.spec, leaves)
+
+
+def _holds(v, buf, expected) -> bool:
+    host = np.asarray(v.device._backend.to_host(buf, v.device.index, v.shape, v.dtype))
+    return bool(np.array_equal(host, expected, equal_nan=host.dtype.kind in "fc"))
 
 
 def _gen_state(gen, offset):
