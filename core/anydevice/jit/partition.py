@@ -15,6 +15,7 @@ import numpy as np
 from anydevice.engine import dispatch as _dispatch
 from anydevice.engine import graph as _ag
 from anydevice.engine.tensor import Tensor, _wrap
+from anydevice.jit import passes as _passes
 from anydevice.jit.executor import HOOK, Claim, CompileWarning, Executable, report
 from anydevice.runtime.plugins import manager
 
@@ -169,33 +170,20 @@ def inline_decompositions(graph, rounds: int = 4):
         if n.id in random_ids:
             n.attrs = originals[n.id].attrs
     for _ in range(rounds):
-        subst, nodes, changed = {}, [], False
+        subst, nodes = {}, []
         for node in list(g.nodes):
-            node.inputs = tuple(_subst(x, subst) for x in node.inputs)
-            sub = None
-            if node.id not in random_ids and _decomposed_here(node):
-                sub = _trace(g, node)
+            sub = _trace(g, node) if node.id not in random_ids and _decomposed_here(node) else None
             if sub is None:
                 nodes.append(node)
                 continue
-            new_nodes, outs = sub
-            nodes += new_nodes
-            subst.update({o.id: v for o, v in zip(node.outputs, outs)})
-            changed = True
+            nodes += sub[0]
+            subst.update({o.id: v for o, v in zip(node.outputs, sub[1])})
         g.nodes = nodes
-        g.outputs = [_subst(v, subst) for v in g.outputs]
-        g.writebacks = [(_subst(v, subst), t) for v, t in g.writebacks]
-        g.flags = [(_subst(v, subst), *rest) for v, *rest in g.flags]
-        if not changed:
+        _passes._substitute(g, subst)
+        if not subst:
             break
-    _drop_unused(g)
+    _passes.dce(g)  # a decomposition's own value checks (the graph's flags hold those of the ops replaced)
     return g
-
-
-def _subst(x, subst):
-    if isinstance(x, list):
-        return [_subst(e, subst) for e in x]
-    return subst.get(x.id, x) if hasattr(x, "producer") and x is not None else x
 
 
 def _trace(g, node):
@@ -275,15 +263,3 @@ def _value_of(g, x, values):
     v = g.new_value(x.shape, x.dtype, x.device, const=x)  # made inside the decomposition from host data
     values[id(x)] = (v, x)
     return v
-
-
-def _drop_unused(g) -> None:
-    """Remove nodes whose results nothing reads (a decomposition's own value checks, read on the
-    host while tracing it; the graph's flags already hold the checks of the ops it replaced)."""
-    live = {v.id for v in g.results()}
-    keep = []
-    for n in reversed(g.nodes):
-        if any(o.id in live for o in n.outputs):
-            keep.append(n)
-            live.update(v.id for v in n.input_values())
-    g.nodes = keep[::-1]
