@@ -139,3 +139,18 @@ def test_sum_reads_a_view_at_an_offset():
     np.testing.assert_allclose(ad.sum(x[7:40], axis=1).numpy(), a[7:40].sum(axis=1), rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(ad.sum(x[:, 3:900], axis=0).numpy(), a[:, 3:900].sum(axis=0), rtol=1e-5, atol=1e-4)
     assert ran("vred_sum_float32_rows") and ran("vred_sum_float32_cols")
+
+
+# --- small uploads are queued, not waited for ------------------------------------------------------
+def test_small_uploads_are_queued_from_a_private_copy():
+    from anydevice_opencl import runtime
+
+    src = np.arange(1000, dtype=np.float32)
+    x = on(src)
+    src[:] = -1  # the caller may reuse its array at once
+    np.testing.assert_array_equal(x.numpy(), np.arange(1000, dtype=np.float32))
+    xs = [on(np.full(7, i, np.int32)) for i in range(runtime.MAX_QUEUED_H2D + 50)]  # past the in-flight cap
+    assert len(get_backend("opencl").runtime.pending[0]) <= runtime.MAX_QUEUED_H2D
+    np.testing.assert_array_equal(ad.stack(xs).numpy(), np.repeat(np.arange(len(xs), dtype=np.int32)[:, None], 7, 1))
+    big = RNG.standard_normal(runtime.QUEUED_H2D_BYTES // 4 + 1).astype(np.float32)  # blocking path
+    np.testing.assert_array_equal(on(big).numpy(), big)

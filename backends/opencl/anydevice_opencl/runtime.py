@@ -10,6 +10,7 @@ tiny kernel) leaves out devices whose driver cannot, so ``opencl:0`` is a workin
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import os
 import resource
@@ -38,6 +39,9 @@ PROBE_SOURCE = "__kernel void anydevice_probe(__global int *x) { int i = get_glo
 #: keeping HOST_RESERVE bytes for the driver's own allocations.
 HOST_CHECK_BYTES = 1 << 20
 HOST_RESERVE = 64 << 20
+#: host-to-device copies up to this size are queued from a private copy instead of blocking
+QUEUED_H2D_BYTES = 256 << 10
+MAX_QUEUED_H2D = 256  # queued uploads kept in flight before the oldest is waited for
 
 
 def host_memory_available() -> int | None:
@@ -214,6 +218,7 @@ class OpenClRuntime(Runtime):
         self.streams = [{} for _ in self.devices]  # id -> queue created by create_stream
         self.allocated = [0] * len(self.devices)
         self.programs = ProgramCache()
+        self.pending = [collections.deque() for _ in self.devices]  # queued small uploads (their events)
 
     # --- devices ---------------------------------------------------------------------------
     def device_count(self) -> int:
@@ -323,8 +328,18 @@ class OpenClRuntime(Runtime):
             q.finish()
 
     def copy_h2d(self, index, dst, offset, src) -> None:
+        """Up to :data:`QUEUED_H2D_BYTES`: from a private copy of ``src``, queued without waiting
+        (a blocking write on an in-order queue waits for all queued work: a Python scalar turned
+        into a tensor would stall the host once per op); larger copies block."""
         self._after_streams(index)
-        cl.enqueue_copy(self.queues[index], dst, src, dst_offset=offset, is_blocking=True)
+        if src.nbytes > QUEUED_H2D_BYTES:
+            cl.enqueue_copy(self.queues[index], dst, src, dst_offset=offset, is_blocking=True)
+            return
+        pending = self.pending[index]
+        pending.append(cl.enqueue_copy(self.queues[index], dst, src.copy(), dst_offset=offset, is_blocking=False))
+        while pending and (len(pending) > MAX_QUEUED_H2D
+                           or pending[0].command_execution_status == cl.command_execution_status.COMPLETE):
+            pending.popleft().wait()  # the event holds the host copy until the device has read it
 
     def copy_d2h(self, index, dst, src, offset) -> None:
         self._after_streams(index)
@@ -348,6 +363,7 @@ class OpenClRuntime(Runtime):
     def synchronize(self, index: int) -> None:
         self.queues[index].finish()
         self._after_streams(index)
+        self.pending[index].clear()
 
     # --- streams and events ----------------------------------------------------------------
     def create_stream(self, index: int):
