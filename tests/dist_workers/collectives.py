@@ -18,7 +18,7 @@ import anydevice.distributed as dist
 dev_type, dtypes, out_dir = sys.argv[1], sys.argv[2].split(","), sys.argv[3]
 dist.init_process_group(timeout=20, device_type=dev_type)
 rank, n = dist.get_rank(), dist.get_world_size()
-dev = f"{dev_type}:0"
+dev = f"{dev_type}:{rank % ad.device.device_count(dev_type)}"  # one device per rank where there are enough
 checks, failures = [0], []
 UFUNC = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 
@@ -113,6 +113,8 @@ def run(dt):
     if rank == dst:
         for q in range(n):
             check(f"gather[{q}]", outs[q], data(q, dt), dt)
+    if n == 1:
+        return
     nxt, prv = (rank + 1) % n, (rank - 1) % n
     t = tensor(np.zeros_like(mine), dt)
     ws = [dist.isend(tensor(mine, dt), nxt, tag=3), dist.irecv(t, prv, tag=3)]
@@ -131,7 +133,7 @@ def run(dt):
 
 
 def subgroup():
-    members = [0, n - 1]
+    members = sorted({0, n - 1})
     g = dist.new_group(members)
     if rank not in members:
         checks[0] += 1
@@ -140,16 +142,19 @@ def subgroup():
         return
     t = tensor(data(rank, "float32"), "float32")
     dist.all_reduce(t, group=g)
-    check("new_group all_reduce", t, data(0, "float32") + data(n - 1, "float32"), "float32")
+    check("new_group all_reduce", t, sum(data(q, "float32") for q in members), "float32")
     t = tensor(data(rank, "float32"), "float32")
     dist.broadcast(t, src=n - 1, group=g)
     check("new_group broadcast", t, data(n - 1, "float32"), "float32")
     checks[0] += 1
-    if (dist.get_rank(g), dist.get_world_size(g)) != (members.index(rank), 2):
+    if (dist.get_rank(g), dist.get_world_size(g)) != (members.index(rank), len(members)):
         failures.append(f"group rank/size {dist.get_rank(g)}/{dist.get_world_size(g)} on world rank {rank}")
     dist.destroy_process_group(g)
 
 
+expected = os.environ.get("ANYDEVICE_EXPECT_BACKEND")
+if expected and dist.get_backend() != expected:
+    failures.append(f"backend {dist.get_backend()!r}, expected {expected!r}")
 try:
     for dt in dtypes:
         run(dt)
@@ -161,3 +166,4 @@ report = {"rank": rank, "size": n, "checks": checks[0], "failures": failures, "b
           "fallbacks": [[k[0], k[1], v] for k, v in sorted(dist.fallback_counts().items())]}
 with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
     json.dump(report, f)
+sys.exit(1 if failures else 0)

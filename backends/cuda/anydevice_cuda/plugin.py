@@ -62,6 +62,13 @@ def anydevice_all_reduce(device_type, runtime, buffers, op):
     return all_reduce(runtime.cp, buffers, op)
 
 
+@hookimpl
+def anydevice_collectives(device_type, runtime):
+    from .collectives import factory
+
+    return factory(runtime)
+
+
 def environment() -> dict:
     """CuPy, CUDA runtime/driver and NCCL versions, the device count, or the reason CUDA is unusable."""
     from .diagnose import probe, version_text

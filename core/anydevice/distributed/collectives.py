@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import enum
 
+import numpy as np
+
 from anydevice.api import asarray, reshape, stack
 from anydevice.api.manipulation import unstack
 from anydevice.engine.tensor import Tensor, _wrap
@@ -21,8 +23,6 @@ from anydevice.engine.tensor import Tensor, _wrap
 from . import comms
 from .group import MAX_TAG, Work, resolve
 from .mpi import DistributedError
-
-_NO_INPUT = object()  # recv: the method takes no input buffer
 
 
 class ReduceOp(str, enum.Enum):
@@ -118,14 +118,33 @@ def _run(group, name: str, like: Tensor, x: Tensor | None, finish, *args, peer=N
 
 
 def _start(comm, staged: bool, x, args):
-    buf = None if x is None or x is _NO_INPUT else (x.numpy() if staged else x._buf)
+    def buffer(v):  # a tensor becomes its device buffer, or for the host-staged path a host copy
+        if type(v) is Tensor:
+            return v.numpy() if staged else v._buf
+        if type(v) is _Like:
+            return v.host() if staged else v.t._buf
+        return v
+
     try:
-        return getattr(comm, args[0])(*args[1:]) if x is _NO_INPUT else getattr(comm, args[0])(buf, *args[1:])
+        return getattr(comm, args[0])(buffer(x), *map(buffer, args[1:]))
     except (DistributedError, TypeError, ValueError):
         raise
     except Exception as e:  # an MPI error (mpi4py.MPI.Exception) or a plugin communicator's
         raise DistributedError(f"{args[0]}() failed to start on {getattr(comm, 'name', comm)}: "
                                f"{type(e).__name__}: {e}") from e
+
+
+class _Like:
+    """A tensor whose buffer only shows a collective the shape, dtype and device of a result (recv,
+    scatter): the host-staged path then gets an empty host array instead of a copy of its values."""
+
+    __slots__ = ("t",)
+
+    def __init__(self, t: Tensor):
+        self.t = t
+
+    def host(self):
+        return np.empty(self.t.shape, self.t.dtype.numpy)
 
 
 def _rebind(t: Tensor, value: Tensor) -> None:
@@ -283,7 +302,7 @@ def scatter(tensor, scatter_list=None, src: int = 0, group=None, async_op: bool 
         x = stack(_list(scatter_list, t, g.size, "scatter", "scatter_list"))
     elif scatter_list:
         raise ValueError(f"scatter(): scatter_list is only given on the source rank {src}; pass None on the others")
-    return _run(group, "scatter", t, x, lambda r: _rebind(t, r), "scatter", s, t.shape, t.dtype, targets=(t,),
+    return _run(group, "scatter", t, x, lambda r: _rebind(t, r), "scatter", s, _Like(t), targets=(t,),
                 async_op=async_op)
 
 
@@ -332,8 +351,7 @@ def irecv(tensor, src: int, group=None, tag: int = 0) -> Work:
         _rebind(t, r)
         return g.ranks[s]
 
-    return _run(group, "recv", t, _NO_INPUT, finish, "recv", t.shape, t.dtype, s, tag, peer=g.ranks[s], targets=(t,),
-                async_op=True)
+    return _run(group, "recv", t, _Like(t), finish, "recv", s, tag, peer=g.ranks[s], targets=(t,), async_op=True)
 
 
 def send(tensor, dst: int, group=None, tag: int = 0) -> None:

@@ -110,8 +110,16 @@ class ProcessGroup:
         return [self.ranks[p] for p in range(self.size) if p != self.rank and self.seen[p] < seq]
 
     def fail(self, msg: str) -> None:
+        """Mark the group broken (a collective timed out); plugin communicators may abort their work."""
         self.broken = msg
         _broken[0] = True
+        for c in self.comms.values():
+            abort = getattr(c, "abort", None)
+            if abort is not None:
+                try:
+                    abort()
+                except Exception:  # noqa: BLE001 - the timeout is what the caller must see
+                    pass
 
     def group_rank(self, rank, name: str, arg: str) -> int:
         """The group rank of world rank ``rank`` (``src``/``dst`` arguments are world ranks, as in torch)."""

@@ -138,11 +138,10 @@ class HostCommunicator:
         out = (lambda: typed(y, (self.size, *x.shape), x.dtype)) if root else None
         return MPIRequest(self.comm.Igather(b, y, root=dst), out, b)
 
-    def scatter(self, x, src, shape, dtype):
-        dt = np.dtype(dtype.numpy)
-        y = np.empty(int(np.prod(shape)) * dt.itemsize, np.uint8)
+    def scatter(self, x, src, like):
+        y = np.empty_like(raw(like))
         b = raw(x) if x is not None else None
-        return MPIRequest(self.comm.Iscatter(b, y, root=src), lambda: typed(y, shape, dt), b)
+        return MPIRequest(self.comm.Iscatter(b, y, root=src), lambda: typed(y, like.shape, like.dtype), b)
 
     def all_to_all(self, x):
         b = raw(x)
@@ -153,10 +152,9 @@ class HostCommunicator:
         b = raw(x)
         return MPIRequest(self.comm.Isend(b, dest=dst, tag=tag), None, b)
 
-    def recv(self, shape, dtype, src, tag):
-        dt = np.dtype(dtype.numpy)
-        y = np.empty(int(np.prod(shape)) * dt.itemsize, np.uint8)
-        return MPIRequest(self.comm.Irecv(y, source=src, tag=tag), lambda: typed(y, shape, dt))
+    def recv(self, like, src, tag):
+        y = np.empty_like(raw(like))
+        return MPIRequest(self.comm.Irecv(y, source=src, tag=tag), lambda: typed(y, like.shape, like.dtype))
 
 
 __all__ = ["DistributedError", "DistributedTimeoutError", "poll", "HostCommunicator", "MPIRequest", "load", "is_available"]

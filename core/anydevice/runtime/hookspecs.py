@@ -190,7 +190,8 @@ def anydevice_collectives(device_type: str, runtime):
         group's processes, private to this communicator: use it to exchange an id, as NCCL's
         unique id, or to move bytes) and ``allocate(like, shape, dtype)`` (a new buffer on the
         device of buffer ``like``). The communicator has ``name`` (a string, e.g. ``"nccl"``,
-        what ``get_backend()`` reports), optionally ``destroy()``, and any of these methods, each
+        what ``get_backend()`` reports), optionally ``destroy()`` (when the group is destroyed) and
+        ``abort()`` (after a collective timed out: stop work that may never finish), and any of these methods, each
         starting one collective on device buffers (never modifying its inputs) and returning a
         *request* with ``test() -> bool`` (polled by the core until true or the group's timeout)
         and ``result()`` (called once after ``test()`` was true: the new buffer, or None where
@@ -203,12 +204,12 @@ def anydevice_collectives(device_type: str, runtime):
         - ``reduce(x, dst, op)``: the result on group rank ``dst`` only;
         - ``all_gather(x)``: result ``(size, *x.shape)``, row ``i`` from rank ``i``;
         - ``gather(x, dst)``: the same on ``dst`` only;
-        - ``scatter(x, src, shape, dtype)``: ``x`` is ``(size, *shape)`` on ``src`` (None elsewhere);
-          rank ``i`` gets row ``i``;
+        - ``scatter(x, src, like)``: ``x`` is ``(size, *like.shape)`` on ``src`` (None elsewhere);
+          rank ``i`` gets row ``i``, on ``like``'s device (``like``: a buffer whose values are unused);
         - ``reduce_scatter(x, op)``: ``x`` is ``(size, *s)``; rank ``i`` gets the reduction of row ``i``;
         - ``all_to_all(x)``: ``x`` is ``(size, *s)``; row ``j`` of rank ``i``'s result is row ``i`` of rank ``j``'s ``x``;
-        - ``send(x, dst, tag)`` (result None) and ``recv(shape, dtype, src, tag)``.
+        - ``send(x, dst, tag)`` (result None) and ``recv(like, src, tag)`` (a buffer of ``like``'s
+          shape, dtype and device).
 
-        Ranks are group ranks; ``dtype`` is an :class:`anydevice.dtypes.DType`. AVG is done by the
-        core (a sum, then a division on the device).
+        Ranks are group ranks. AVG is done by the core (a sum, then a division on the device).
     """
