@@ -158,6 +158,20 @@ class Executable:
     def fused_kernels(self) -> int:
         return self.stats["fused_kernels"]
 
+    def explain(self) -> str:
+        """How the graph runs: the counts, each claimed part, the errors, the replay function."""
+        st = self.stats
+        lines = [f"{st['nodes']} nodes: {st['native']} native kernels called directly, {st['dispatched']} through the "
+                 f"dispatcher, {st['claimed_nodes']} in {st['fused_kernels']} parts claimed by backends"]
+        for s in self.steps:
+            if s[0] == "claim":
+                c = s[1]
+                lines.append(f"  {s[3].name} ({c.plugin}): {len(c.inputs)} inputs, {len(c.outputs)} outputs")
+            elif s[0] == "dispatch":
+                lines.append(f"  dispatched: {s[1].op.name} on {s[2]}")
+        lines += [f"  error: {e}" for e in self.errors]
+        return "\n".join(lines) + "\n" + self.source
+
     # --- planning -----------------------------------------------------------------------
     def _plan(self) -> None:
         """Resolve every item (kernel, attributes, scalars), then write the replay function."""
