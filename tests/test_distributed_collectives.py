@@ -136,5 +136,16 @@ def test_bad_input_names_the_collective_and_the_argument(tmp_path, device):
     assert reports[0]["cases"]["scatter_list"][1] == ("scatter(): scatter_list has 1 tensors; it needs one per rank "
                                                       "of the group (2)")
     assert reports[1]["cases"]["scatter_list"][1].startswith("scatter(): scatter_list is only given on the source rank 0")
+    # ranks that disagree with each other: each names the other's call and its own
+    for me, other in ((0, 1), (1, 0)):
+        cases = reports[me]["cases"]
+        mine, theirs = ("float32", "int32") if me == 0 else ("int32", "float32")
+        assert cases["cross_rank_dtype"] == ["DistributedError", (
+            f"all_reduce(): world rank {other} called all_reduce() on {theirs}[2] where world rank {me} called "
+            f"all_reduce() on {mine}[2] (collective #5 of the group); every member must call the same collectives "
+            f"in the same order, with one shape, dtype, root and op")]
+        assert cases["cross_rank_shape"][0] == "DistributedError"
+        assert f"world rank {other} called all_reduce() on float32[{2 + other}] where world rank {me} called " \
+               f"all_reduce() on float32[{2 + me}]" in cases["cross_rank_shape"][1]
     assert reports[1]["cases"]["non_member"] == ["ValueError", "all_reduce(): this rank (world rank 1) is not a member "
                                                  "of the group (world ranks [0]); only members may call its collectives"]

@@ -132,6 +132,34 @@ def run(dt):
             failures.append(f"recv returned {src}, expected {rank - 1}")
 
 
+def async_handles():
+    """Several collectives in flight at once, completed by polling and by waits in reverse order."""
+    import time
+
+    base = data(rank, "float32")
+    ts = [tensor(base * (i + 1), "float32") for i in range(3)]
+    ws = [dist.all_reduce(t, async_op=True) for t in ts]
+    outs = [tensor(np.zeros_like(base), "float32") for _ in range(n)]
+    ws.append(dist.all_gather(outs, tensor(base, "float32"), async_op=True))
+    b = tensor(base, "float32")
+    ws.append(dist.broadcast(b, src=0, async_op=True))
+    deadline = time.monotonic() + 10
+    while not ws[1].is_completed() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    checks[0] += 1
+    if not ws[1].is_completed():
+        failures.append("is_completed() never became true")
+    for w in reversed(ws):
+        checks[0] += 1
+        if w.wait(timeout=10) is not True:
+            failures.append("wait() did not return True")
+    for i, t in enumerate(ts):
+        check(f"async all_reduce {i}", t, reduced("sum", "float32") * (i + 1), "float32")
+    for q in range(n):
+        check(f"async all_gather[{q}]", outs[q], data(q, "float32"), "float32")
+    check("async broadcast", b, data(0, "float32"), "float32")
+
+
 def subgroup():
     members = sorted({0, n - 1})
     g = dist.new_group(members)
@@ -158,6 +186,7 @@ if expected and dist.get_backend() != expected:
 try:
     for dt in dtypes:
         run(dt)
+    async_handles()
     subgroup()
     dist.barrier()
 except Exception:  # noqa: BLE001 - reported to the test

@@ -21,7 +21,7 @@ from anydevice.api.manipulation import unstack
 from anydevice.engine.tensor import Tensor, _wrap
 
 from . import comms
-from .group import MAX_TAG, Work, resolve
+from .group import MAX_TAG, Work, resolve, signature
 from .mpi import DistributedError
 
 
@@ -97,12 +97,17 @@ def _run(group, name: str, like: Tensor, x: Tensor | None, finish, *args, peer=N
     _leaf_ok(targets, name)
     dev = like.device
     comm, staged = comms.engine(g, dev.type, args[0])
-    req = _start(comm, staged, x, args)
+    sig = None
+    if peer is None:
+        sig = signature(args[0], like, args[1:])
+        seq = g.arrive(sig)
+    else:
+        seq = g.seq
+    req = _start(g, comm, staged, x, args)
     if req is None:  # the plugin's communicator declined this call (a dtype it lacks, ...)
         comms.count(args[0], dev.type, getattr(comm, "name", type(comm).__name__))
         comm, staged = comms.host(g), True
-        req = _start(comm, staged, x, args)
-    seq = g.arrive() if peer is None else g.seq
+        req = _start(g, comm, staged, x, args)
 
     def done(y):
         if y is None:
@@ -110,14 +115,14 @@ def _run(group, name: str, like: Tensor, x: Tensor | None, finish, *args, peer=N
         t = asarray(y, dtype=like.dtype, device=dev) if staged else _wrap(y, tuple(y.shape), like.dtype, dev)
         return finish(t)
 
-    w = Work(g, name, req, done, seq, peer)
+    w = Work(g, name, req, done, seq, peer, sig)
     if async_op:
         return w
     w.wait()
     return w.value
 
 
-def _start(comm, staged: bool, x, args):
+def _start(g, comm, staged: bool, x, args):
     def buffer(v):  # a tensor becomes its device buffer, or for the host-staged path a host copy
         if type(v) is Tensor:
             return v.numpy() if staged else v._buf
@@ -130,8 +135,9 @@ def _start(comm, staged: bool, x, args):
     except (DistributedError, TypeError, ValueError):
         raise
     except Exception as e:  # an MPI error (mpi4py.MPI.Exception) or a plugin communicator's
-        raise DistributedError(f"{args[0]}() failed to start on {getattr(comm, 'name', comm)}: "
-                               f"{type(e).__name__}: {e}") from e
+        msg = f"{args[0]}() failed to start on {getattr(comm, 'name', comm)}: {type(e).__name__}: {e}"
+        g.fail(msg)
+        raise DistributedError(msg) from e
 
 
 class _Like:

@@ -17,9 +17,12 @@ from __future__ import annotations
 import atexit
 import os
 import time
+import zlib
 from datetime import timedelta
 
 import numpy as np
+
+from anydevice.base import dtypes as _dt
 
 from . import comms
 from . import mpi as _mpi
@@ -27,6 +30,28 @@ from .mpi import DistributedError, DistributedTimeoutError, MPIRequest, poll
 
 _NOTICE_TAG = 32000  # arrival notices; user send/recv tags must stay below it
 MAX_TAG = _NOTICE_TAG - 1
+#: collectives by their code in arrival notices: [seq, collective, dtype, ndim, 4 dims, hash of shape and arguments]
+_CODES = ("barrier", "all_reduce", "broadcast", "reduce", "all_gather", "gather", "scatter", "reduce_scatter",
+          "all_to_all")
+_NOTICE_LEN = 9
+
+
+def signature(name: str, like=None, args=()) -> np.ndarray:
+    """What a rank calls, as sent in its arrival notice: collective, dtype, shape and arguments."""
+    shape = tuple(like.shape) if like is not None else ()
+    dims = [*shape[:4], *[-1] * (4 - len(shape[:4]))]
+    dt = _dt.ALL_DTYPES.index(like.dtype) if like is not None else -1
+    h = zlib.crc32(repr((shape, [a for a in args if isinstance(a, (int, str))])).encode())
+    return np.array([_CODES.index(name), dt, len(shape), *dims, h], np.int64)
+
+
+def describe(sig) -> str:
+    name = _CODES[int(sig[0])] if 0 <= sig[0] < len(_CODES) else f"collective {int(sig[0])}"
+    if sig[1] < 0:
+        return f"{name}()"
+    nd = int(sig[2])
+    dims = ", ".join(str(int(d)) for d in sig[3:3 + min(nd, 4)]) + (", ..." if nd > 4 else "")
+    return f"{name}() on {_dt.ALL_DTYPES[int(sig[1])].name}[{dims}]"
 
 
 _world: list = [None]   # the default ProcessGroup
@@ -69,7 +94,8 @@ class ProcessGroup:
         self.size = len(self.ranks)
         self.comms: dict = {}   # device_type -> communicator (a plugin's, or the host-staged one)
         self.seq = 0            # collectives entered on this group
-        self.seen = [0] * self.size  # latest arrival notice from each member
+        self.seen = [0] * self.size  # latest arrival notice from each member: its sequence number
+        self.seen_sig: list = [None] * self.size  # ... and its signature
         self._notices: list = []     # (request, buffer) of notices in flight
         self.broken: str | None = None
 
@@ -84,30 +110,44 @@ class ProcessGroup:
             raise DistributedError(f"{name}(): the process group is broken since an earlier failure ({self.broken}); "
                                    f"destroy it and start the job again")
 
-    def arrive(self) -> int:
-        """Enter a collective: post its sequence number to the other members; returns it."""
+    def arrive(self, sig: np.ndarray) -> int:
+        """Enter a collective: post its sequence number and signature to the other members; returns it."""
         self.seq += 1
         MPI = mpi()
         self._notices = [(r, b) for r, b in self._notices if not r.Test()]
+        b = np.concatenate([[self.seq], sig]).astype(np.int64)
         for p in range(self.size):
             if p != self.rank:
-                b = np.array([self.seq], np.int64)
                 self._notices.append((self.comm.Isend([b, MPI.INT64_T], dest=p, tag=_NOTICE_TAG), b))
         self._drain()
         return self.seq
 
     def _drain(self) -> None:
         MPI = mpi()
-        st, b = MPI.Status(), np.zeros(1, np.int64)
+        st = MPI.Status()
         while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=_NOTICE_TAG, status=st):
-            src = st.Get_source()
+            src, b = st.Get_source(), np.zeros(_NOTICE_LEN, np.int64)
             self.comm.Recv([b, MPI.INT64_T], source=src, tag=_NOTICE_TAG)
-            self.seen[src] = max(self.seen[src], int(b[0]))
+            if b[0] > self.seen[src]:
+                self.seen[src], self.seen_sig[src] = int(b[0]), b[1:]
 
     def missing(self, seq: int) -> list:
         """World ranks of the members whose notice for collective ``seq`` has not arrived."""
         self._drain()
         return [self.ranks[p] for p in range(self.size) if p != self.rank and self.seen[p] < seq]
+
+    def mismatch(self, seq: int, sig: np.ndarray) -> str | None:
+        """What a member that entered collective ``seq`` called, when it differs from this rank's call."""
+        self._drain()
+        for p in range(self.size):
+            other = self.seen_sig[p]
+            if p != self.rank and self.seen[p] == seq and not np.array_equal(other, sig):
+                what = (describe(other) if not np.array_equal(other[:-1], sig[:-1]) else
+                        f"{describe(other)} with another root, op or shape beyond 4 dimensions")
+                return (f"world rank {self.ranks[p]} called {what} where world rank {self.ranks[self.rank]} called "
+                        f"{describe(sig)} (collective #{seq} of the group); every member must call the same "
+                        f"collectives in the same order, with one shape, dtype, root and op")
+        return None
 
     def fail(self, msg: str) -> None:
         """Mark the group broken (a collective timed out); plugin communicators may abort their work."""
@@ -149,12 +189,24 @@ class Work:
     returned True).
     """
 
-    def __init__(self, group: ProcessGroup, name: str, request, finish, seq: int, peer: int | None = None):
+    def __init__(self, group: ProcessGroup, name: str, request, finish, seq: int, peer: int | None = None,
+                 sig=None):
         self.group, self.name, self.request, self.finish = group, name, request, finish
-        self.seq, self.peer, self.done, self.value = seq, peer, False, None
+        self.seq, self.peer, self.sig, self.done, self.value = seq, peer, sig, False, None
+
+    def _test(self) -> bool:
+        try:
+            return self.request.test()
+        except Exception as e:  # an MPI error (a message longer than expected, ...) or a plugin's
+            g = self.group
+            why = g.mismatch(self.seq, self.sig) if self.sig is not None else None
+            msg = (f"{self.name}() failed on world rank {g.ranks[g.rank]} in a group of {g.size}: "
+                   f"{why or f'{type(e).__name__}: {e}'}")
+            g.fail(msg)
+            raise DistributedError(msg) from e
 
     def is_completed(self) -> bool:
-        if not self.done and self.request.test():
+        if not self.done and self._test():
             self._complete()
         return self.done
 
@@ -164,13 +216,16 @@ class Work:
         if self.done:
             return True
         limit = self.group.timeout if timeout is None else seconds(timeout, f"{self.name}().wait()")
-        if not poll(self.request.test, time.monotonic() + limit):
+        if not poll(self._test, time.monotonic() + limit):
             self._timed_out(limit)
         self._complete()
         return True
 
     def _complete(self):
         self.done = True
+        why = self.group.mismatch(self.seq, self.sig) if self.sig is not None else None
+        if why is not None:  # the collective matched in MPI, but its data would be wrong
+            raise DistributedError(f"{self.name}(): {why}")
         self.value = self.finish(self.request.result())
 
     def _timed_out(self, limit: float):
@@ -180,7 +235,8 @@ class Work:
             who = f"world rank {self.peer} did not take part (it exited, hangs, or called something else)"
         else:
             miss = g.missing(self.seq)
-            who = (f"world rank(s) {miss} did not arrive (they exited, hang, or are still busy with earlier work)" if miss else
+            who = (f"world rank(s) {miss} did not arrive (they exited, hang, or are still busy with earlier work)"
+                   if miss else g.mismatch(self.seq, self.sig) or
                    "every member arrived, so some member called a different collective or passed another shape")
         msg = (f"{self.name}() timed out after {limit:g} s on world rank {me} in a group of {g.size} "
                f"(world ranks {g.ranks}); {who}")
@@ -281,8 +337,9 @@ def barrier(group=None, async_op: bool = False):
     """Wait until every member of ``group`` reached the barrier (a timeout raises)."""
     g = resolve(group, "barrier")
     g.check("barrier")
-    seq = g.arrive()
-    w = Work(g, "barrier", MPIRequest(g.comm.Ibarrier()), lambda _: None, seq)
+    sig = signature("barrier")
+    seq = g.arrive(sig)
+    w = Work(g, "barrier", MPIRequest(g.comm.Ibarrier()), lambda _: None, seq, sig=sig)
     return w if async_op else w.wait() and None
 
 
