@@ -140,8 +140,8 @@ def build(graph, backend: str = "auto") -> Executable:
 
 # --- decompositions inlined -----------------------------------------------------------------------
 def _decomposed_here(node) -> bool:
-    """Whether eager mode runs ``node`` through its decomposition on its device (the plan the
-    dispatcher cached while the graph was traced), so inlining it changes nothing it computes."""
+    """Whether eager mode runs ``node`` through its decomposition on its device (no native kernel,
+    and the dispatcher did not plan a CPU fallback for it), so inlining changes nothing it computes."""
     op = node.op
     if op.decomposition is None or op.data_shape is not None or not node.outputs:
         return False
@@ -150,10 +150,13 @@ def _decomposed_here(node) -> bool:
     if dev._backend.kernels.lookup(op.name, c) is not None:
         return False
     key = (dev._ctx, c)
-    plan = op.plans.get(key)
-    if plan is None or plan[0] != _dispatch.DECOMPOSED:
+    plan = op.plans.get(key)  # none cached: the op ran with gradients, through its decomposition
+    if plan is not None and plan[0] != _dispatch.DECOMPOSED:
         return False
-    return not (op.attrs and (key, tuple(node.attrs.values())) in op.plans)  # a fallback for these attributes
+    try:
+        return not (op.attrs and (key, tuple(node.attrs.values())) in op.plans)  # a fallback for these attributes
+    except TypeError:  # an unhashable attribute value: never planned per value
+        return True
 
 
 def inline_decompositions(graph, rounds: int = 4):
@@ -182,7 +185,10 @@ def inline_decompositions(graph, rounds: int = 4):
         _passes._substitute(g, subst)
         if not subst:
             break
-    _passes.dce(g)  # a decomposition's own value checks (the graph's flags hold those of the ops replaced)
+    # the decompositions' constants (an arange, a full) folded, repeats merged, and their own value
+    # checks dropped (the graph's flags hold those of the ops they replaced)
+    for p in (_passes.fold_constants, _passes.cse, _passes.dce):
+        g = p(g)
     return g
 
 
