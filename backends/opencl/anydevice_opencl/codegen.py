@@ -293,11 +293,27 @@ def _params(name: str, dt: str, mode: str, nd: int, const: bool) -> str:
     return p
 
 
+#: ops whose expression means the same on 16-wide vectors (IEEE operations, bit-identical per lane)
+VECTOR_OPS = frozenset({"add", "subtract", "multiply", "divide", "negative"})
+VECTOR_DTYPES = ("float32", "float64")
+EW_WIDTH = 16
+
+
+def ew_width(spec: tuple) -> int:
+    """Elements per work-item of an ``"ew"`` spec: :data:`EW_WIDTH` for the :data:`VECTOR_OPS` on
+    contiguous or single-element operands of one float dtype, else 1."""
+    _, op, ins, out, mode = spec
+    return EW_WIDTH if op in VECTOR_OPS and mode[0] != "g" and out in VECTOR_DTYPES and set(ins) == {out} else 1
+
+
 def _elementwise(name: str, op: str, ins: tuple, out: str, mode: str) -> str:
-    """``out[idx] = expr(x0, ...)`` for ``i < n``.
+    """``out[idx] = expr(x0, ...)`` for ``i < n``; contiguous ops of :func:`ew_width` 16 with
+    ``vload16``/``vstore16`` (each work-item 16 elements, the tail one by one).
 
     Arguments: out, out_o[, out_s*], then per input pk, pk_o[, pk_s*], then [n0..n{nd-1},] n.
     """
+    if ew_width(("ew", op, ins, out, mode)) > 1:
+        return _elementwise_vector(name, op, ins, out, mode)
     expr = expr_for(op, ins[-1])
     T = value_type(op, ins, out)
     nd = int(mode[1:]) if mode[0] == "g" else 0
@@ -315,6 +331,19 @@ def _elementwise(name: str, op: str, ins: tuple, out: str, mode: str) -> str:
         body.append(f"  {CTYPES[dt].compute} x{k} = {load(dt, f'p{k}', _index(f'p{k}', m, nd))};")
     body.append("  " + store(out, "out", _index("out", omode, nd), expr, T))
     return f"__kernel void {name}(" + ", ".join(params) + ", long n) {\n" + "\n".join(body) + "\n}\n"
+
+
+def _elementwise_vector(name: str, op: str, ins: tuple, out: str, mode: str) -> str:
+    T, W = CTYPES[out].storage, EW_WIDTH
+    expr = expr_for(op, out)
+    params = [_params("out", out, "c", 0, False)] + [_params(f"p{k}", dt, "c", 0, True) for k, dt in enumerate(ins)]
+    vec = " ".join(f"{T}{W} x{k} = " + (f"vload{W}(0, p{k} + p{k}_o + i0);" if m == "c" else f"({T}{W})(p{k}[p{k}_o]);")
+                   for k, m in enumerate(mode))
+    one = " ".join(f"{T} x{k} = p{k}[{_index(f'p{k}', m, 0)}];" for k, m in enumerate(mode))
+    return (f"__kernel void {name}(" + ", ".join(params) + ", long n) {\n"
+            f"  long i0 = get_global_id(0) * {W}; if (i0 >= n) return;\n"
+            f"  if (i0 + {W} <= n) {{ {vec} vstore{W}({expr}, 0, out + out_o + i0); return; }}\n"
+            f"  for (long i = i0; i < n; i++) {{ {one} out[out_o + i] = {expr}; }}\n}}\n")
 
 
 def ew_modes(n_inputs: int) -> list:
@@ -404,7 +433,7 @@ def _reduction(name: str, kind: str, in_dt: str, out_dt: str, local: int) -> str
 
 #: dtypes of the vectorized reductions (:func:`_vreduction`); 16-bit floats, bool and complex keep ``"red"``
 VRED_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64")
-VRED_COLS = 64  # columns of a "cols" work-item (four 16-wide accumulators)
+VRED_COLS = 256  # columns of a "cols" work-item (sixteen 16-wide accumulators: 1 KiB of float32 per row)
 _VCOMBINE = {"sum": "((a) + (b))", "prod": "((a) * (b))",
              "max": "select((b), (a), ((a) >= (b)) | ((a) != (a)))", "min": "select((b), (a), ((a) <= (b)) | ((a) != (a)))"}
 _VCOMBINE_INT = {"max": "max((a), (b))", "min": "min((a), (b))"}
@@ -417,7 +446,8 @@ def _vreduction(name: str, kind: str, dt: str, layout: str) -> str:
     - ``"rows"``: element (i, k) at ``x_o + i*sm + k``; work-item g reduces chunk ``g % P`` (of C
       elements) of row ``g / P`` into ``out[g]`` with two vector accumulators, then a tree of halves;
     - ``"cols"``: element (i, k) at ``x_o + i + k*sk``; work-item g owns VRED_COLS adjacent outputs
-      (block ``g % nj``) over chunk ``g / nj`` of k and writes ``out[(g / nj) * M + i]``.
+      (block ``g % nj``) over chunk ``g / nj`` of k and writes ``out[(g / nj) * M + i]``; the last,
+      partial block goes 16 columns at a time, then one by one.
 
     The identity and the comparison (NaN wins, as numpy) are those of :data:`_COMBINE` (macros
     ``VC_`` for vectors, ``SC_`` for scalars). Arguments: out, out_o, x, x_o, M, K, stride, P, C."""
@@ -445,16 +475,20 @@ def _vreduction(name: str, kind: str, dt: str, layout: str) -> str:
     return head + (
         f"  long nj = (M + {W - 1}) / {W}; if (g >= nj * P) return;\n"
         f"  long j0 = (g % nj) * {W}, p = g / nj, k0 = p * C, k1 = min(K, k0 + C);\n"
-        f"  __global const {T}* q = x + x_o + j0; __global {T}* o = out + out_o + p * M + j0;\n"
+        f"  __global const {T}* q = x + x_o; __global {T}* o = out + out_o + p * M;\n"
         f"  if (j0 + {W} <= M) {{\n    {T}16 " + ", ".join(f"a{r} = {ident}" for r in R) + ";\n"
         "    for (long kk = k0; kk < k1; kk++) {\n"
-        f"      __global const {T}* r = q + kk * st;\n      "
+        f"      __global const {T}* r = q + kk * st + j0;\n      "
         + " ".join(f"a{r} = {v}(a{r}, vload16(0, r + {16 * r}));" for r in R) + "\n    }\n    "
-        + " ".join(f"vstore16(a{r}, 0, o + {16 * r});" for r in R) + "\n"
-        "  } else {\n"
-        "    for (long j = 0; j < M - j0; j++) {\n"
-        f"      {T} s = {ident};\n      for (long kk = k0; kk < k1; kk++) s = {sv}(s, q[kk * st + j]);\n"
-        "      o[j] = s;\n    }\n  }\n}\n")
+        + " ".join(f"vstore16(a{r}, 0, o + j0 + {16 * r});" for r in R) + "\n    return;\n  }\n"
+        "  long j = j0;\n"
+        f"  for (; j + 16 <= M; j += 16) {{\n    {T}16 a = {ident};\n"
+        f"    for (long kk = k0; kk < k1; kk++) a = {v}(a, vload16(0, q + kk * st + j));\n"
+        "    vstore16(a, 0, o + j);\n  }\n"
+        "  for (; j < M; j++) {\n"
+        f"    {T} s = {ident};\n    for (long kk = k0; kk < k1; kk++) s = {sv}(s, q[kk * st + j]);\n"
+        "    o[j] = s;\n  }\n}\n")
+
 
 # --- matmul ------------------------------------------------------------------------------------
 def _mul(T: str, a: str, b: str) -> str:

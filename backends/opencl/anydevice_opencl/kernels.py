@@ -154,9 +154,16 @@ def elementwise(ctx, op: str, out: View, ins: list, shape) -> None:
         args = [out.handle, out.off]
         for v in ins:
             args += [v.handle, v.off]
-        _launch(ctx, ("ew", op, dts, out.dtype, modes), (-(-n // local) * local,), (local,), args + [n])
+        spec = ("ew", op, dts, out.dtype, modes)
+        _launch(ctx, spec, (_items(n, codegen.ew_width(spec), local),), (local,), args + [n])
         return
     _launch_strided(ctx, ("ew", op, dts, out.dtype), [], out, ins, shape, local, pad=False)
+
+
+def _items(n: int, width: int, local: int) -> int:
+    """Global size for ``n`` elements, ``width`` per work-item, in groups of ``local``."""
+    items = -(-n // width)
+    return -(-items // local) * local
 
 
 def _generic(ctx, op: str, out: View, ins: list, shape) -> None:
@@ -213,12 +220,12 @@ def _elementwise_kernel(op: str):
             out_dt = codegen.ew_signature(op, xs[-1].dtype.name)[1]
             spec = ("ew", name, tuple(x.dtype.name for x in xs), out_dt, "c" * len(xs))
             local = min(LOCAL, ctx.runtime.devices[ctx.index].max_work_group_size)
-            p = plans[key] = [spec, _DTYPES[out_dt], local, None]
+            p = plans[key] = [spec, _DTYPES[out_dt], local, None, codegen.ew_width(spec)]
         return p
 
     def kernel(ctx, *xs, approximate="none"):
         p = plan(ctx, xs, approximate)
-        spec, out_dt, local, run = p
+        spec, out_dt, local, run, width = p
         shape = xs[0].shape
         if all(x.shape == shape for x in xs):  # fast path: contiguous operands of one shape
             out = ctx.empty(shape, out_dt)
@@ -233,7 +240,7 @@ def _elementwise_kernel(op: str):
                 for x in xs:
                     args += [x.handle, _off(x)]
                 args.append(n)
-                run(ctx.runtime.queue(ctx.index, ctx.stream), (-(-n // local) * local,), (local,), args)
+                run(ctx.runtime.queue(ctx.index, ctx.stream), (_items(n, width, local),), (local,), args)
             return out
         shape = _broadcast_shape([x.shape for x in xs])
         out = ctx.empty(shape, out_dt)
