@@ -143,7 +143,7 @@ def test_bad_input_names_the_collective_and_the_argument(tmp_path, device):
         assert cases["cross_rank_dtype"] == ["DistributedError", (
             f"all_reduce(): world rank {other} called all_reduce() on {theirs}[2] where world rank {me} called "
             f"all_reduce() on {mine}[2] (collective #5 of the group); every member must call the same collectives "
-            f"in the same order, with one shape, dtype, root and op")]
+            f"in the same order, with one shape, dtype, device type, root and op")]
         assert cases["cross_rank_shape"][0] == "DistributedError"
         assert f"world rank {other} called all_reduce() on float32[{2 + other}] where world rank {me} called " \
                f"all_reduce() on float32[{2 + me}]" in cases["cross_rank_shape"][1]

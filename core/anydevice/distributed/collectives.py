@@ -99,7 +99,7 @@ def _run(group, name: str, like: Tensor, x: Tensor | None, finish, *args, peer=N
     comm, staged = comms.engine(g, dev.type, args[0])
     sig = None
     if peer is None:
-        sig = signature(args[0], like, args[1:])
+        sig = signature(args[0], like, (dev.type, *args[1:]))
         seq = g.arrive(sig)
     else:
         seq = g.seq

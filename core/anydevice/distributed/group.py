@@ -143,10 +143,10 @@ class ProcessGroup:
             other = self.seen_sig[p]
             if p != self.rank and self.seen[p] == seq and not np.array_equal(other, sig):
                 what = (describe(other) if not np.array_equal(other[:-1], sig[:-1]) else
-                        f"{describe(other)} with another root, op or shape beyond 4 dimensions")
+                        f"{describe(other)} with another device type, root, op or shape beyond 4 dimensions")
                 return (f"world rank {self.ranks[p]} called {what} where world rank {self.ranks[self.rank]} called "
                         f"{describe(sig)} (collective #{seq} of the group); every member must call the same "
-                        f"collectives in the same order, with one shape, dtype, root and op")
+                        f"collectives in the same order, with one shape, dtype, device type, root and op")
         return None
 
     def fail(self, msg: str) -> None:
