@@ -100,6 +100,8 @@ ERRORS = {
                       "anydevice.distributed.init_process_group() first"),
     "uninitialized_rank": ("RuntimeError", "get_rank(): the default process group is not initialized"),
     "bad_timeout": ("ValueError", "init_process_group(): timeout must be a positive number of seconds"),
+    "bad_backend": ("DistributedError", "init_process_group(): backend 'gloo' has no communicator for device type "
+                    "'cpu' (plugin anydevice provides none); use backend=None or 'mpi'"),
     "init_twice": ("RuntimeError", "init_process_group(): the default process group is already initialized"),
     "gather_list_length": ("ValueError", "all_gather(): tensor_list has 1 tensors; it needs one per rank of the group (2)"),
     "gather_list_shape": ("ValueError", "all_gather(): tensor_list[1] has shape [3], expected [2]"),
@@ -132,7 +134,8 @@ def test_bad_input_names_the_collective_and_the_argument(tmp_path, device):
         cases = rep["cases"]
         for name, (etype, text) in ERRORS.items():
             assert cases[name][0] == etype and text in cases[name][1], (r, name, cases[name])
-        assert cases["grad_leaf_no_grad"] == [2.0, 4.0]  # under no_grad the update is allowed, as in torch
+        assert cases["grad_leaf_no_grad"] == [2.0, 4.0]
+        assert cases["initialized_after_bad_backend"] is False  # under no_grad the update is allowed, as in torch
     assert reports[0]["cases"]["scatter_list"][1] == ("scatter(): scatter_list has 1 tensors; it needs one per rank "
                                                       "of the group (2)")
     assert reports[1]["cases"]["scatter_list"][1].startswith("scatter(): scatter_list is only given on the source rank 0")

@@ -272,7 +272,8 @@ def init_process_group(backend: str | None = None, *, timeout=timedelta(seconds=
     :param rank: this process's rank; checked against MPI's (and ``RANK``).
     :param world_size: the number of processes; checked against MPI's (and ``WORLD_SIZE``).
     :param device_type: the device type that :func:`get_backend` reports and whose communicator is
-        set up now (default: the type of ``ANYDEVICE_DEVICE``, else ``cpu``).
+        set up now (default: the type of ``ANYDEVICE_DEVICE``, else ``cpu``); tensors of other types
+        get theirs when a collective first meets them.
     """
     if _world[0] is not None:
         raise RuntimeError("init_process_group(): the default process group is already initialized; "
@@ -293,10 +294,13 @@ def init_process_group(backend: str | None = None, *, timeout=timedelta(seconds=
             f"init_process_group() timed out after {limit:g} s on rank {world.Get_rank()} of {world.Get_size()}: "
             f"not every process called it")
     g = ProcessGroup(comm, list(range(world.Get_size())), limit, backend, dtype_)
+    try:  # the default device type's communicator now: a backend it cannot have fails here, on every rank
+        comms.communicator(g, dtype_, "init_process_group")
+        barrier(g)
+    except BaseException:
+        g.free()
+        raise
     _world[0] = g
-    if device_type is not None:
-        comms.communicator(g, device_type, "init_process_group")
-    barrier(g)
 
 
 def world(name: str = "collective") -> ProcessGroup:
