@@ -335,3 +335,16 @@ def test_cuda_graph_compiler_builds_cupy_kernels_for_each_chain():
                 ins, out, ops = cg.elementwise_source(k.chain)
                 assert ops.count(";") >= len(k.chain.elementwise)
                 assert "i0" in ops and "float32 q0" in out
+
+
+# --- the bench figures ---------------------------------------------------------------------------
+def test_bench_jit_reports_compiled_and_eager_steps_with_equal_losses():
+    from anydevice.tools.bench_jit import bench_jit
+
+    res = bench_jit(["cpu", "npu"], steps=2, rounds=2)
+    for dev in ("cpu", "npu"):
+        r = res[dev]
+        assert 0 < r["compiled"]["min"] <= r["compiled"]["median"] and 0 < r["eager"]["median"]
+        assert r["final_loss"]["compiled"] == r["final_loss"]["eager"]  # the same steps, the same numbers
+        assert r["first_compile_s"] > 0 and r["nodes"] > 20 and r["peak_bytes"]["compiled"] > 0
+    assert res["npu"]["fused_kernels"] > 0 and "torch" not in res

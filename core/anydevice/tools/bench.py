@@ -7,6 +7,8 @@
   (forward) and torch, with anydevice's overhead over the device kernel it calls;
 - MLP step: the digits perceptron (64-256-10, batch 256, Adam) on each selected device against
   torch, with the final losses side by side;
+- jit: the same step compiled with ``anydevice.jit`` (one graph) against its eager form on each
+  device and torch eager, with first-compile time and peak memory (:mod:`anydevice.tools.bench_jit`);
 - large elementwise: 16M-element float32 add, GB/s counting 12 bytes per element, vs numpy;
 - matmul: 1024×1024 float32, GFLOP/s vs numpy.
 
@@ -26,6 +28,8 @@ import sys
 import time
 
 import numpy as np
+
+from anydevice.tools.bench_jit import bench_jit, print_jit
 
 
 def _best(fn, number, repeat=7):
@@ -476,6 +480,7 @@ def main(argv=None) -> int:
         tiny = bench_tiny(devs, 2000 if quick else 20000)
         ops = bench_ops(devs, 30 if quick else 1000, 3 if quick else 7, args.threads)
         mlp = bench_mlp(devs, 3 if quick else 20, 3 if quick else 7, args.threads, notes)
+        jit = bench_jit(devs, 3 if quick else 20, 3 if quick else 7, args.threads, notes, torch=_torch(args.threads))
         large = bench_large("cpu", 1024 * 1024 if quick else 16 * 1024 * 1024)
         mm = bench_matmul("cpu", 256 if quick else 1024)
     if _torch(args.threads) is None:
@@ -484,7 +489,7 @@ def main(argv=None) -> int:
     load_end = _load()
     if args.json:
         print(json.dumps({"load": {"start": load_start, "end": load_end}, "threads": args.threads, "devices": devs,
-                          "notes": notes, "tiny_add_seconds": dict(tiny), "ops": ops, "mlp_step": mlp,
+                          "notes": notes, "tiny_add_seconds": dict(tiny), "ops": ops, "mlp_step": mlp, "jit_mlp_step": jit,
                           "add16m_gbs": {"numpy": large[0], "anydevice_cpu": large[1]},
                           "matmul1024_gflops": {"numpy": mm[0], "anydevice_cpu": mm[1]}}, indent=2))
         return 0
@@ -499,6 +504,7 @@ def main(argv=None) -> int:
         print(f"  {name:<34} {t * 1e6:8.2f} us   {t / base:5.2f}x numpy{extra}")
     _print_ops(ops)
     _print_mlp(mlp, args.threads)
+    print_jit(jit)
     size = "1M" if quick else "16M"
     print(f"{size}-element float32 add:  numpy {large[0]:6.1f} GB/s   anydevice cpu {large[1]:6.1f} GB/s   "
           f"ratio {large[1] / large[0]:.2f}")
