@@ -30,28 +30,55 @@ def _half_dtypes() -> set:
     return _HALF
 
 
+try:  # numpy >= 2 keeps np.errstate's state in a context variable: setting it to a prebuilt
+    # "ignore" state costs a quarter of entering np.errstate(all="ignore"), which builds it anew
+    from numpy._core._multiarray_umath import _extobj_contextvar as _fp_state
+    from numpy._core._multiarray_umath import _make_extobj
+
+    _IGNORE = _make_extobj(all="ignore")
+except (ImportError, AttributeError, TypeError):  # older numpy: np.errstate itself
+    _fp_state = None
+
+
 def _quiet(fn):
+    """``fn`` with numpy's floating-point warnings silenced (IEEE results, no warnings)."""
+    if _fp_state is None:
+        def k(ctx, *a, **kw):
+            with np.errstate(all="ignore"):
+                return fn(*a, **kw)
+
+        return k
+    set_, reset = _fp_state.set, _fp_state.reset
+
     def k(ctx, *a, **kw):
-        with np.errstate(all="ignore"):
+        token = set_(_IGNORE)
+        try:
             return fn(*a, **kw)
+        finally:
+            reset(token)
 
     return k
 
 
 def _half_via_f32(fn):
-    """Run ``fn`` in float32 for float16/bfloat16 inputs and cast the result back."""
+    """Run ``fn`` in float32 for float16/bfloat16 inputs and cast the result back (floating-point
+    warnings silenced, as :func:`_quiet`)."""
+
+    def half(a, kw, dt):
+        a = [[np.asarray(t, np.float32) for t in x] if isinstance(x, list) else
+             (np.asarray(x, np.float32) if np.asarray(x).dtype == dt else x) for x in a]
+        r = np.asarray(fn(*a, **kw))
+        return r.astype(dt) if r.dtype == np.float32 else r
+
+    quiet = _quiet(fn)
+    quiet_half = _quiet(half)
 
     def k(ctx, *a, **kw):
         x0 = a[0][0] if isinstance(a[0], list) else a[0]
         dt = x0.dtype
-        with np.errstate(all="ignore"):
-            if dt in (_HALF or _half_dtypes()):
-                a = [[np.asarray(t, np.float32) for t in x] if isinstance(x, list) else
-                     (np.asarray(x, np.float32) if np.asarray(x).dtype == dt else x) for x in a]
-                r = fn(*a, **kw)
-                r = np.asarray(r)
-                return r.astype(dt) if r.dtype == np.float32 else r
-            return fn(*a, **kw)
+        if dt in (_HALF or _half_dtypes()):
+            return quiet_half(ctx, a, kw, dt)
+        return quiet(ctx, *a, **kw)
 
     return k
 
@@ -205,12 +232,33 @@ def _matmul(a, b):
     return np.matmul(a, b)
 
 
+# Reductions call the ufunc's reduce, as np.sum / np.max do, without their Python layers.
 def _sum(x, axis, keepdims, dtype=None):
-    return np.sum(x, axis=axis, keepdims=keepdims, dtype=np.asarray(x).dtype)  # numpy would widen small ints
+    return np.add.reduce(x, axis=axis, keepdims=keepdims, dtype=x.dtype)  # numpy would widen small ints
 
 
 def _prod(x, axis, keepdims, dtype=None):
-    return np.prod(x, axis=axis, keepdims=keepdims, dtype=np.asarray(x).dtype)
+    return np.multiply.reduce(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
+
+
+def _mean(x, axis, keepdims):
+    """np.mean of a floating array: the sum divided by the count as np.mean divides (by an intp,
+    so float32 results round from float64 as numpy's do); np.mean itself for other dtypes and
+    empty reductions (its NaN and warning)."""
+    if x.dtype.kind not in "fc":
+        return np.mean(x, axis=axis, keepdims=keepdims)
+    if axis is None:
+        n = x.size
+    else:
+        n = 1
+        for a in (axis,) if type(axis) is int else axis:
+            n *= x.shape[a]
+    if n == 0:
+        return np.mean(x, axis=axis, keepdims=keepdims)
+    r = np.add.reduce(x, axis=axis, keepdims=keepdims)
+    if type(r) is np.ndarray:
+        return np.true_divide(r, np.intp(n), out=r, casting="unsafe")
+    return r.dtype.type(r / np.intp(n))
 
 
 def _logsumexp(x, axis, keepdims):
@@ -281,16 +329,16 @@ _TABLE = {
     "erf": (_erf, "half"), "relu": (lambda x: np.maximum(x, np.zeros((), np.asarray(x).dtype)), "plain"),
     "sigmoid": (lambda x: 1 / (1 + np.exp(-x)), "half"), "gelu": (_gelu, "half"),
     "where": (np.where, "plain"), "clip": (_clip, "plain"),
-    "sum": (_sum, "half"), "prod": (_prod, "half"), "max": (lambda x, axis, keepdims: np.max(x, axis=axis, keepdims=keepdims), "plain"),
-    "min": (lambda x, axis, keepdims: np.min(x, axis=axis, keepdims=keepdims), "plain"),
+    "sum": (_sum, "half"), "prod": (_prod, "half"), "max": (lambda x, axis, keepdims: np.maximum.reduce(x, axis=axis, keepdims=keepdims), "plain"),
+    "min": (lambda x, axis, keepdims: np.minimum.reduce(x, axis=axis, keepdims=keepdims), "plain"),
     "argmax": (_argreduce(np.argmax), "plain"), "argmin": (_argreduce(np.argmin), "plain"),
-    "mean": (lambda x, axis, keepdims: np.mean(x, axis=axis, keepdims=keepdims), "half"), "var": (_var, "half"),
+    "mean": (_mean, "half"), "var": (_var, "half"),
     "std": (_std, "half"), "any": (lambda x, axis, keepdims: np.any(x, axis=axis, keepdims=keepdims), "plain"),
     "all": (lambda x, axis, keepdims: np.all(x, axis=axis, keepdims=keepdims), "plain"), "logsumexp": (_logsumexp, "half"),
     "matmul": (_matmul, "half"), "vecdot": (lambda a, b, axis: np.sum(np.conj(a) * b, axis=axis, dtype=np.asarray(a).dtype), "half"),
     "matrix_transpose": (lambda x: np.swapaxes(x, -1, -2), "plain"),
-    "reshape": (lambda x, shape, copy=None: np.reshape(x, shape), "plain"),
-    "permute_dims": (lambda x, axes: np.transpose(x, axes), "plain"),
+    "reshape": (lambda x, shape, copy=None: x.reshape(shape), "plain"),
+    "permute_dims": (lambda x, axes: x.transpose(axes), "plain"),
     "broadcast_to": (lambda x, shape: np.broadcast_to(x, shape), "plain"), "concat": (_concat, "plain"),
     "stack": (lambda arrays, axis: np.stack(arrays, axis=axis), "plain"),
     "squeeze": (lambda x, axis: np.squeeze(x, axis=axis), "plain"),

@@ -251,6 +251,19 @@ def call(op, args, kwargs):
     return apply(op, _as_tensors(op, inputs), attrs)
 
 
+def call_inputs(op, args: tuple):
+    """Run ``op``, an op without attributes, on ``args`` (tensors or Python scalars): what the
+    Tensor operators call once their own fast path declined; cached as :func:`call` is."""
+    if not _observers and _tracer is None and not _autocast.regions[0]:
+        key = _call_key(args, None)
+        if key is not None:
+            e = op.plans.get(_CALLS, _EMPTY).get(key)
+            if e is not None:
+                return _hit(op, e, args, key)
+            return apply(op, list(args), {}, key)
+    return apply(op, list(args), {})
+
+
 # --- the call cache ------------------------------------------------------------------------------
 # ``op.plans[_CALLS]`` maps a call's key to an _Entry; it lives in ``op.plans`` so that whatever
 # re-plans an op (``op.plans.clear()``) forgets its calls too. A key holds descriptors only:
@@ -333,7 +346,8 @@ class _Entry:
     and canonical attributes, compute and result dtypes, casts, result shape; ``fn`` is the
     kernel when the plan is native (and then ``kw`` the kernel's keywords)."""
 
-    __slots__ = ("device", "attrs", "compute", "casts", "out_shape", "out_dtype", "fn", "out", "kw", "n", "direct")
+    __slots__ = ("device", "attrs", "compute", "casts", "out_shape", "out_dtype", "fn", "out", "kw", "n", "direct",
+                 "record")
 
     def __init__(self, op, device, attrs, compute, casts, out_shape, out_dtype, n):
         self.device, self.attrs, self.compute, self.casts = device, attrs, compute, casts
@@ -343,8 +357,10 @@ class _Entry:
         self.fn = plan[1].fn if native else None
         self.out = native and plan[1].out
         self.kw = {k: v for k, v in attrs.items() if k != "device"}
-        # the kernel can be called at once: native, one output, no casts, no value check
+        # the kernel can be called at once: native, one output, no casts, no value check; and
+        # also when the graph is recorded, unless the op differentiates through its decomposition
         self.direct = native and casts is None and op.check is None and op.outputs is None and not op.variadic
+        self.record = self.direct and op.differentiable and (op.vjp is not None or op.decomposition is None)
 
 
 def _store(op, key, entry) -> None:
@@ -361,16 +377,19 @@ def _hit(op, e, args, key):
     if e.direct:
         if n == 1:
             x = args[0]
-            if x._node is None or not op.differentiable or not _ag.is_grad_enabled():
-                return _run_direct(e, (x._buf,))
+            bufs, grad = (x._buf,), x._node is not None
         elif n == 2:
             x, y = args[0], args[1]
-            if (x._node is None and y._node is None) or not op.differentiable or not _ag.is_grad_enabled():
-                return _run_direct(e, (x._buf, y._buf))
+            bufs, grad = (x._buf, y._buf), x._node is not None or y._node is not None
         else:
-            inputs = args[:n]
-            if all(t._node is None for t in inputs) or not op.differentiable or not _ag.is_grad_enabled():
-                return _run_direct(e, [t._buf for t in inputs])
+            bufs = [t._buf for t in args[:n]]
+            grad = any(t._node is not None for t in args[:n])
+        if not grad or not op.differentiable or not _ag.is_grad_enabled():
+            return _run_direct(e, bufs)
+        if e.record:  # a native kernel (it dispatches nothing, so no no_grad() is needed) and its node
+            result = _run_direct(e, bufs)
+            _record(op, args[:n], e.kw, result)
+            return result
     if op.variadic:
         inputs = [list(args[0])]
         tensors = inputs[0]
@@ -856,12 +875,24 @@ def _fallback(op, inputs, attrs, device):
 
 
 def _record(op, inputs, attrs, result):
-    flat = list(_flat(inputs))
+    """Record ``result``'s node. ``attrs`` are kept as they are when they hold no ``device``
+    (the call cache's kernel keywords); nothing mutates a node's attributes."""
+    flat = list(_flat(inputs)) if op.variadic else inputs
     multi = op.outputs is not None
+    saved, parents = [], []
+    for x in flat:
+        if type(x) is Tensor:
+            t = _new(Tensor)
+            t._buf, t.shape, t.dtype, t.device, t._node = x._buf, x.shape, x.dtype, x.device, None
+            saved.append(t)
+            parents.append(x._node)
+        else:
+            saved.append(_detached(x))
+            parents.append(x._node if isinstance(x, Tensor) else None)
     node = _ag.Node(
-        op, {k: v for k, v in attrs.items() if k != "device"}, tuple(_detached(x) for x in flat),
+        op, {k: v for k, v in attrs.items() if k != "device"} if "device" in attrs else attrs, tuple(saved),
         tuple(_detached(r) for r in result) if multi else _detached(result),
-        tuple(x._node if isinstance(x, Tensor) else None for x in flat), tuple(x.dtype for x in flat),
+        tuple(parents), tuple(x.dtype for x in flat),
     )
     if multi:  # each output gets a node that routes its gradient to its slot of the op's node
         for k, r in enumerate(result):

@@ -204,7 +204,7 @@ def _binop(opname: str, reflected: bool = False, symbol: str = ""):
 
     op = get_op(opname)
     fast = op.fast
-    apply = _dispatch.apply
+    apply = _dispatch.call_inputs
     observers = _dispatch._observers
 
     def fwd(self, other, /):
@@ -232,7 +232,7 @@ def _binop(opname: str, reflected: bool = False, symbol: str = ""):
                     t._buf = plan[0](self.device._ctx, self._buf, buf)
                     t.shape, t.dtype, t.device, t._node = self.shape, plan[1], self.device, None
                     return t
-        return apply(op, [self, other], {})
+        return apply(op, (self, other))
 
     def rev(self, other, /):
         if type(other) not in _SCALARS:
@@ -248,7 +248,7 @@ def _binop(opname: str, reflected: bool = False, symbol: str = ""):
                     t._buf = plan[0](self.device._ctx, buf, self._buf)
                     t.shape, t.dtype, t.device, t._node = self.shape, plan[1], self.device, None
                     return t
-        return apply(op, [other, self], {})
+        return apply(op, (other, self))
 
     return rev if reflected else fwd
 
@@ -313,9 +313,10 @@ def _unop(opname: str):
 
 
     op = get_op(opname)
+    call = _dispatch.call_inputs
 
     def f(self):
-        return _dispatch.apply(op, [self], {})
+        return call(op, (self,))
 
     return f
 

@@ -388,16 +388,18 @@ def _tag(v):
         return t, tuple(_tag(e) for e in v)
     if t not in KEY_TYPES:
         raise _Unkeyed
+    if t is float or t is complex:  # 0.0 == -0.0: the sign of a zero is part of the key
+        return t, repr(v)
     return t, v
 
 
 def _attr_key(attrs, in_shapes, in_dtypes, variadic=False):
-    """A cache key that tells ``True`` from ``1`` and ``1.0`` (equal in Python): the values, their
-    types (nested tuples tagged element by element), the input shapes and dtypes; None when a
-    value is not of :data:`KEY_TYPES`."""
+    """A cache key that tells ``True`` from ``1`` and ``1.0`` and ``0.0`` from ``-0.0`` (equal in
+    Python): the values, their types (nested tuples tagged element by element), the input shapes
+    and dtypes; None when a value is not of :data:`KEY_TYPES`."""
     values = tuple(attrs.values())
     types = tuple(map(type, values))
-    if not KEY_TYPES.issuperset(types):
+    if float in types or complex in types or not KEY_TYPES.issuperset(types):
         try:
             values = tuple(_tag(v) for v in values)
         except _Unkeyed:
