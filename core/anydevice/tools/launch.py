@@ -97,14 +97,21 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        v = 0
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return v
+def int_at_least(lo: int, what: str = "a positive integer"):
+    """An argparse ``type=``: an int >= ``lo``, else a usage error saying ``expected {what}``."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            v = lo - 1
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return v
+
+    return parse
+
+
+_positive_int = int_at_least(1)
 
 
 def _non_negative_float(text: str) -> float:

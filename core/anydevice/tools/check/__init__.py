@@ -4,6 +4,9 @@ For each device type it checks, in order: device properties, allocate/free, a bi
 host→device→host round trip of every dtype the device claims, copy bandwidth, a matmul and
 reductions against a host reference, one training step (Linear → MSE → backward → Adam),
 streams and events; with several devices also device-to-device copies and ``all_reduce``.
+The report lists the collective backends (``mpi``, ``nccl``); ``--distributed N`` then launches N
+processes per device type for a barrier, an all_reduce per dtype and the all_reduce bandwidth
+(:mod:`.distributed`).
 
 Each plugin's device types are checked in a worker process of their own, several at once; the
 plugin import, the runtime creation and every check (per device) must finish within
@@ -21,6 +24,7 @@ import math
 import sys
 import time
 
+from anydevice.tools.check import distributed as _distributed
 from anydevice.tools.check import environment as _environment
 from anydevice.tools.check.checks import (
     CHECKS,
@@ -41,6 +45,7 @@ from anydevice.tools.check.runner import DEFAULT_TIMEOUT, Job, Runner
 from anydevice.tools.check.schema import SCHEMA, SCHEMA_VERSION
 from anydevice.tools.check.selection import select
 from anydevice.tools.check.worker import quiet_fallbacks
+from anydevice.tools.launch import int_at_least
 
 __all__ = ["run", "main", "render", "SCHEMA", "SCHEMA_VERSION", "CHECKS", "DEFAULT_TIMEOUT", "CheckFailed",
            "CheckSkipped", "CheckResult", "Target", "run_one", "PASSED", "FAILED", "SKIPPED", "UNAVAILABLE",
@@ -48,7 +53,7 @@ __all__ = ["run", "main", "render", "SCHEMA", "SCHEMA_VERSION", "CHECKS", "DEFAU
 
 
 def run(devices=None, quick: bool = False, progress=None, *, timeout: float = DEFAULT_TIMEOUT,
-        no_fallback: bool = False, in_process: bool = False) -> dict:
+        no_fallback: bool = False, in_process: bool = False, distributed: int | None = None) -> dict:
     """Run the whole health check; returns the report (see :data:`SCHEMA`). Never raises for a device problem.
 
     :param devices: device types or devices (``"npu"``, ``["npu:1", "cpu"]``); default: every installed type.
@@ -57,9 +62,14 @@ def run(devices=None, quick: bool = False, progress=None, *, timeout: float = DE
     :param timeout: seconds each stage (plugin import, runtime creation, each check on each device) may take.
     :param no_fallback: fail a device type on which any op ran through the CPU fallback.
     :param in_process: run every check in this process (no hang can then be abandoned; for debugging a plugin).
+    :param distributed: also run ``distributed`` processes per device type (barrier, all_reduce per dtype,
+        bandwidth; :mod:`.distributed`) on cpu and every type that passed.
     """
     t0 = time.perf_counter()
     timeout = _valid_timeout(timeout)
+    if distributed is not None and (isinstance(distributed, bool) or not isinstance(distributed, int)
+                                    or distributed < 2):
+        raise ValueError(f"anydevice check: distributed must be a number of processes >= 2, not {distributed!r}")
     devices = [devices] if isinstance(devices, str) else list(devices or [])
     env = _environment.environment()
     found: dict = {}
@@ -74,14 +84,23 @@ def run(devices=None, quick: bool = False, progress=None, *, timeout: float = DE
         devs[spec] = _bad_spec(spec, err)
     failing = [e for e in devs.values()
                if e["status"] in (FAILED, TIMED_OUT) or (e["status"] == UNAVAILABLE and e["requested"])]
+    dist = _distributed_stage(devs, distributed, timeout) if distributed else None
+    failing += [e for e in (dist or {}).get("types", {}).values() if e["status"] in (FAILED, TIMED_OUT)]
     return {
         "schema_version": SCHEMA_VERSION,
         "options": {"devices": devices or None, "quick": quick, "timeout": timeout, "no_fallback": no_fallback,
-                    "in_process": in_process},
+                    "in_process": in_process, "distributed": distributed},
+        "collectives": _distributed.backends(devs), "distributed": dist,
         "environment": env, "plugins": report.plugin_rows(), "devices": devs,
         "verdict": overall_verdict(devs, failing), "exit_code": 1 if failing or not devs else 0,
         "seconds": round(time.perf_counter() - t0, 3),
     }
+
+
+def _distributed_stage(devs: dict, nproc: int, timeout: float) -> dict:
+    """The multi-process stage on cpu and every device type that passed its checks."""
+    types = sorted({"cpu"} | {t for t, e in devs.items() if e["status"] == PASSED}, key=lambda t: (t != "cpu", t))
+    return _distributed.run(types, nproc, timeout, {t: e["count"] for t, e in devs.items()})
 
 
 def _valid_timeout(timeout) -> float:
@@ -139,7 +158,8 @@ def _seconds(text: str) -> float:
 
 
 def main(argv=None) -> int:
-    """``anydevice check [--device TYPE[:N] ...] [--json] [--quick] [--timeout S] [--no-fallback]``."""
+    """``anydevice check [--device TYPE[:N] ...] [--json] [--quick] [--timeout S] [--no-fallback]
+    [--distributed N]``."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv == ["--worker"]:
         from anydevice.tools.check.worker import serve
@@ -159,6 +179,9 @@ def main(argv=None) -> int:
                         f"(default {DEFAULT_TIMEOUT:g}); a stage that overruns is reported as timed out")
     p.add_argument("--no-fallback", action="store_true",
                    help="fail a device type on which any op ran through the CPU fallback during the checks")
+    p.add_argument("--distributed", type=int_at_least(2, "a number of processes >= 2"), metavar="N",
+                   help="also launch N processes per device type (cpu and each type that passed): barrier, "
+                        "all_reduce of every dtype, all_reduce bandwidth (algbw, busbw) per message size")
     p.add_argument("--in-process", action="store_true",
                    help="run every check in this process, one type after the other (for debugging a plugin; "
                         "a hang cannot be abandoned)")
@@ -167,7 +190,7 @@ def main(argv=None) -> int:
     except SystemExit as e:
         return int(e.code or 0)
     return _report(args.device, args.quick, args.json, timeout=args.timeout, no_fallback=args.no_fallback,
-                   in_process=args.in_process)["exit_code"]
+                   in_process=args.in_process, distributed=args.distributed)["exit_code"]
 
 
 def _report(devices, quick: bool, as_json: bool, stream=None, **options) -> dict:

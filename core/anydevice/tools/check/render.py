@@ -52,6 +52,12 @@ def render(report: dict, console=None) -> None:
     width = max(30, c.width - 44)
     c.print(_plugins_table(report, width, T))
     c.print(_checks_table(report, width, T))
+    if report.get("collectives"):
+        c.print(T("collective backends:\n" + "\n".join(
+            f"  {b['name']}: {'available' if b['available'] else 'unavailable'} ({b['detail']})"
+            for b in report["collectives"])))
+    if report.get("distributed"):
+        c.print(_distributed_table(report["distributed"], width, T))
     for d in report["devices"].values():
         style = {PASSED: "green", FAILED: "bold red", TIMED_OUT: "bold red"}.get(
             d["status"], "red" if d["requested"] else "dim")
@@ -74,20 +80,54 @@ def _plugins_table(report: dict, width: int, T):
     return pt
 
 
-def _checks_table(report: dict, width: int, T):
+def _table(title: str, what: str, sections, T):
+    """A table of ``(name, [(what, status, time, detail)])`` sections: type, what, result, time, detail."""
     from rich.table import Table
 
-    ct = Table(title="checks", title_justify="left")
-    for col, kw in (("type", {}), ("check", {}), ("result", {}), ("time", {"justify": "right"}),
+    t = Table(title=title, title_justify="left")
+    for col, kw in (("type", {}), (what, {}), ("result", {}), ("time", {"justify": "right"}),
                     ("detail", {"overflow": "fold"})):
-        ct.add_column(col, **kw)
-    for i, d in enumerate(report["devices"].values()):
+        t.add_column(col, **kw)
+    for i, (name, rows) in enumerate(sections):
         if i:
-            ct.add_section()
-        rows = _type_rows(d, width)
-        for k, (check, status, ms, detail) in enumerate(rows):
-            ct.add_row(T(d["type"] if k == 0 else ""), check, _status(status, T), ms, T(detail))
-    return ct
+            t.add_section()
+        for k, (item, status, ms, detail) in enumerate(rows):
+            t.add_row(T(name if k == 0 else ""), item, _status(status, T), ms, T(detail))
+    return t
+
+
+def _checks_table(report: dict, width: int, T):
+    return _table("checks", "check", ((d["type"], _type_rows(d, width)) for d in report["devices"].values()), T)
+
+
+def _distributed_table(dist: dict, width: int, T):
+    """One row per device type and stage of ``--distributed``: status, time, what it measured."""
+    def rows(d):
+        out = [(s["name"], s["status"], f"{s['seconds'] * 1e3:.0f} ms", s["detail"] or _stage_cell(s))
+               for s in d["stages"]]
+        if d["status"] != PASSED or not out:
+            out.append(("job", d["status"], f"{d['seconds'] * 1e3:.0f} ms", short(d["detail"], width, 4)))
+        return out
+
+    sections = ((f"{d['type']} ({d['communicator']})" if d["communicator"] else d["type"], rows(d))
+                for d in dist["types"].values())
+    return _table(f"distributed: {dist['world_size']} processes per device type", "stage", sections, T)
+
+
+def _stage_cell(s: dict) -> str:
+    m = s["metrics"]
+    if s["name"] == "barrier":
+        return f"{m['latency_us']:.0f} us per barrier"
+    if s["name"] == "all_reduce":
+        return f"sum and max correct for {', '.join(m['dtypes'])}"
+    if s["name"] == "bandwidth":
+        return "; ".join(f"{_size(r['bytes'])}: {r['seconds'] * 1e6:.0f} us, algbw {r['algbw_gbps']:.3f} GB/s, "
+                         f"busbw {r['busbw_gbps']:.3f} GB/s" for r in m["sizes"])
+    return f"{m.get('world_size')} ranks, rank 0 on {m.get('device')}"
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
 
 
 def _type_rows(d: dict, width: int) -> list:

@@ -37,6 +37,27 @@ _PLUGIN = _object({
     "environment": {"type": "object", "additionalProperties": _OBJ}, "hook_errors": _STRS, "plugin_output": _STR,
 })
 
+_NUM_OR_NULL = {"type": ["number", "null"]}
+_COLLECTIVE_BACKEND = _object({"name": _STR, "available": _BOOL, "device_types": _STRS, "detail": _STR})
+_STAGE_STATUS = {"enum": [PASSED, FAILED, TIMED_OUT, "running"]}
+_BANDWIDTH_ROW = _object({"bytes": _INT, "seconds": {"type": "number", "exclusiveMinimum": 0},
+                          "algbw_gbps": _NUM, "busbw_gbps": _NUM})
+_DIST_STAGE = _object({"name": {"enum": ["init", "barrier", "all_reduce", "bandwidth"]}, "status": _STAGE_STATUS,
+                       "seconds": {"type": "number", "minimum": 0}, "detail": _STR,
+                       "metrics": _object({}, world_size=_INT, device=_STR, latency_us=_NUM,
+                                          dtypes={"type": "object", "additionalProperties": _BOOL},
+                                          sizes={"type": "array", "items": _BANDWIDTH_ROW})})
+_DIST_TYPE = _object({
+    "type": _STR, "status": {"enum": [PASSED, FAILED, SKIPPED, TIMED_OUT]}, "detail": _STR,
+    "seconds": {"type": "number", "minimum": 0}, "communicator": _STR_OR_NULL,
+    "fallback_counts": {"type": "object", "additionalProperties": _INT},
+    "stages": {"type": "array", "items": _DIST_STAGE},
+})
+_DISTRIBUTED = {"oneOf": [{"type": "null"}, _object({
+    "world_size": {"type": "integer", "minimum": 2}, "timeout": _NUM,
+    "types": {"type": "object", "additionalProperties": _DIST_TYPE}, "seconds": {"type": "number", "minimum": 0},
+})]}
+
 SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "anydevice check report",
@@ -44,7 +65,7 @@ SCHEMA = {
         "schema_version": {"const": SCHEMA_VERSION},
         "options": _object({"devices": {"type": ["array", "null"], "items": _STR}, "quick": _BOOL,
                             "timeout": {"type": "number", "exclusiveMinimum": 0}, "no_fallback": _BOOL,
-                            "in_process": _BOOL}),
+                            "in_process": _BOOL}, distributed={"type": ["integer", "null"]}),
         "environment": _object({"python": _STR, "numpy": _STR, "anydevice": _STR, "plugin_api_version": _INT,
                                 "supported_plugin_api_versions": {"type": "array", "items": _INT},
                                 "env": {"type": "object", "additionalProperties": _STR}}),
@@ -53,5 +74,5 @@ SCHEMA = {
         "verdict": _STR,
         "exit_code": {"enum": [0, 1]},
         "seconds": {"type": "number", "minimum": 0},
-    }),
+    }, collectives={"type": "array", "items": _COLLECTIVE_BACKEND}, distributed=_DISTRIBUTED),
 }
