@@ -348,3 +348,30 @@ def test_bench_jit_reports_compiled_and_eager_steps_with_equal_losses():
         assert r["final_loss"]["compiled"] == r["final_loss"]["eager"]  # the same steps, the same numbers
         assert r["first_compile_s"] > 0 and r["nodes"] > 20 and r["peak_bytes"]["compiled"] > 0
     assert res["npu"]["fused_kernels"] > 0 and "torch" not in res
+
+
+@needs_opencl
+def test_opencl_fuses_nodes_with_python_scalar_inputs():
+    """The IR allows plain Python scalars as node inputs (capture makes them constants): the fused
+    kernel writes them as literals of the dtype they adopt, as eager mode converts them."""
+    from anydevice.jit.ir import Graph
+    from anydevice.ops.registry import get_op
+
+    x = ad.asarray(RNG.standard_normal((5, 7)).astype(np.float32), device="opencl")
+    k = ad.asarray(RNG.integers(-9, 9, (5, 7)).astype(np.int32), device="opencl")
+    g = Graph()
+    vx, vk = g.new_value(x.shape, x.dtype, x.device), g.new_value(k.shape, k.dtype, k.device)
+    g.inputs, g.n_args = [vx, vk], 2
+    dev, f32, i32 = x.device, ad.float32, ad.int32
+    a = g.add_node(get_op("multiply"), (vx, 0.1), {}, [((5, 7), f32, dev)], f32).outputs[0]
+    b = g.add_node(get_op("add"), (a, -3), {}, [((5, 7), f32, dev)], f32).outputs[0]
+    r = g.add_node(get_op("remainder"), (vk, 4), {}, [((5, 7), i32, dev)], i32).outputs[0]
+    m = g.add_node(get_op("multiply"), (r, -2), {}, [((5, 7), i32, dev)], i32).outputs[0]
+    c = g.add_node(get_op("maximum"), (b, 1e30), {}, [((5, 7), f32, dev)], f32).outputs[0]
+    g.outputs = [c, m]
+    run = partition.build(g)
+    assert run.stats["fused_kernels"] == 2 and run.stats["claimed_nodes"] == 5, run.explain()
+    got = run([x._buf, k._buf])
+    want = [ad.maximum(x * 0.1 + (-3), 1e30).numpy(), (ad.remainder(k, 4) * -2).numpy()]
+    for buf, v, w in zip(got, g.outputs, want):
+        np.testing.assert_array_equal(ad.engine.tensor._wrap(buf, v.shape, v.dtype, v.device).numpy(), w)
