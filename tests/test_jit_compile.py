@@ -371,7 +371,9 @@ def test_opencl_fuses_nodes_with_python_scalar_inputs():
     g.outputs = [c, m]
     run = partition.build(g)
     assert run.stats["fused_kernels"] == 2 and run.stats["claimed_nodes"] == 5, run.explain()
-    got = run([x._buf, k._buf])
+    planned = partition.build(g, backend="planned")  # the scalars as pre-made 0-d buffers, kernels called directly
+    assert planned.stats["native"] == 5 and planned.stats["dispatched"] == 0, planned.explain()
     want = [ad.maximum(x * 0.1 + (-3), 1e30).numpy(), (ad.remainder(k, 4) * -2).numpy()]
-    for buf, v, w in zip(got, g.outputs, want):
-        np.testing.assert_array_equal(ad.engine.tensor._wrap(buf, v.shape, v.dtype, v.device).numpy(), w)
+    for r in (run, planned):
+        for buf, v, w in zip(r([x._buf, k._buf]), g.outputs, want):
+            np.testing.assert_array_equal(ad.engine.tensor._wrap(buf, v.shape, v.dtype, v.device).numpy(), w)

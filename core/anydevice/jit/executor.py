@@ -94,6 +94,41 @@ def _kw(attrs) -> dict:
     return {a: v for a, v in attrs.items() if a != "device"}
 
 
+class _Scalar:
+    """A Python scalar input of a node, as the 0-d buffer the dispatcher would have made of it."""
+
+    __slots__ = ("name", "buf")
+    _count = [0]
+
+    def __init__(self, buf):
+        _Scalar._count[0] += 1
+        self.name, self.buf = f"p{_Scalar._count[0]}", buf
+
+
+def _scalar_buffers(node, dev):
+    """The node's inputs with each Python scalar made a 0-d buffer of its compute dtype (after
+    rounding to the dtype it adopts, the tensors' own, as :func:`dispatch.apply` does); None when
+    that cannot be resolved here (the node is then dispatched)."""
+    if all(hasattr(x, "producer") or isinstance(x, list) for x in node.inputs):
+        return node.inputs
+    vals = [v for v in node.input_values()]
+    c = node.compute
+    if not vals or c is None or node.op.variadic:
+        return None
+    ref = next((v.dtype for v in vals if v.dtype.name != "bool"), vals[0].dtype)
+    out = []
+    for j, x in enumerate(node.inputs):
+        if hasattr(x, "producer"):
+            out.append(x)
+            continue
+        want = c[j] if type(c) is tuple else c
+        try:
+            out.append(_Scalar(dispatch._scalar_tensor(x, want, dev, ref)._buf))
+        except (TypeError, ValueError, OverflowError):
+            return None
+    return tuple(out)
+
+
 class _Dispatched:
     """A node run through ``dispatch.apply`` (eager semantics), buffers in and out."""
 
@@ -138,7 +173,7 @@ class Executable:
     through the dispatcher).
     """
 
-    def __init__(self, graph, backend: str = "auto", claimed=(), errors=(), by_id=None):
+    def __init__(self, graph, backend: str = "auto", claimed=(), errors=()):
         if backend not in BACKENDS:
             raise ValueError(f"anydevice.jit.compile(): backend {backend!r} is not one of {', '.join(BACKENDS)}")
         t0 = time.perf_counter()
@@ -192,11 +227,15 @@ class Executable:
         dev = _device_of(node)
         k = None if self.backend == "eager" or node.op.data_shape is not None else \
             dev._backend.kernels.lookup(node.op.name, _compute0(node))
-        if k is None or any(not hasattr(x, "producer") and not isinstance(x, list) for x in node.inputs):
+        ins = _scalar_buffers(node, dev) if k is not None else None
+        if ins is None:
             return ("dispatch", node, dev, _Dispatched(node))
-        return ("native", node, dev, k, _kw(node.attrs), node.id in self._random)
+        return ("native", node, dev, k, _kw(node.attrs), node.id in self._random, ins)
 
     def _name(self, v) -> str:
+        if isinstance(v, _Scalar):
+            self._ns[v.name] = v.buf
+            return v.name
         if v.const is not None:
             name = f"c{v.id}"
             self._ns[name] = v.const._buf
@@ -260,7 +299,7 @@ class Executable:
             return [f"    {outs}{',' if len(node.outputs) > 1 else ''} = d{k}({self._args(vals)})"]
         kern, kw = s[3], s[4]
         ns[f"k{k}"] = kern.fn
-        args = self._args(node.inputs)
+        args = self._args(s[6])
         extra = f", **a{k}" if kw else ""
         if kw:
             ns[f"a{k}"] = kw
@@ -313,6 +352,8 @@ class Executable:
     def _get(self, env, x):
         if isinstance(x, list):
             return [self._get(env, e) for e in x]
+        if isinstance(x, _Scalar):
+            return x.buf
         return x.const._buf if x.const is not None else env[x.id]
 
     def _run_node(self, s, env) -> None:
@@ -322,7 +363,7 @@ class Executable:
             r = s[3](*[self._get(env, x) for x in vals])
         else:
             kern, kw, dev = s[3], _kw(node.attrs) if s[5] else s[4], s[2]
-            bufs = [self._get(env, x) for x in node.inputs]
+            bufs = [self._get(env, x) for x in s[6]]
             if kern.out:
                 be = dev._backend
                 r = tuple(be.empty(dev.index, o.shape, o.dtype) for o in node.outputs)

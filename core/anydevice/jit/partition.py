@@ -135,7 +135,7 @@ def build(graph, backend: str = "auto") -> Executable:
             got, errs = claims(graph, dev, view)
             claimed += got
             errors += errs
-    return Executable(graph, backend, claimed, errors, view.by_id)
+    return Executable(graph, backend, claimed, errors)
 
 
 # --- decompositions inlined -----------------------------------------------------------------------
