@@ -224,7 +224,10 @@ def _trace(g, node):
         _dispatch.remove_observer(_quiet_observer)
     nodes = []
     for op, inputs, attrs, result, compute in recorded:
-        if op.category == "random" or "key" in attrs:
+        # a random draw, sizes read from the (placeholder) data, or a value check the node's own
+        # check (a flag of the graph) does not stand for: the node stays whole
+        if op.category == "random" or "key" in attrs or op.data_shape is not None or \
+                op.check is not None and node.op.check is None:
             return None
         vin = tuple(_value_of(g, x, values) for x in inputs)
         res = result if isinstance(result, tuple) else (result,)
