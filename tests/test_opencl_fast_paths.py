@@ -182,3 +182,26 @@ def test_vector_elementwise_at_offsets_and_with_nan():
     for _ in range(kernels.SPECIALIZE_LAUNCHES + 1):
         got = (x[3:20] * x[21:38]).numpy()  # inputs at element offsets that are not multiples of 16
     np.testing.assert_array_equal(got, a.reshape(50, 100)[3:20] * a.reshape(50, 100)[21:38])
+
+
+# --- strided kernels on 2-D work-group tiles (1 to 4 collapsed dims, more by a host loop) ---------
+@pytest.mark.parametrize("shape,perm", [((300, 257), (1, 0)), ((17, 33, 65), (2, 0, 1)), ((9, 10, 11, 12), (3, 1, 0, 2)),
+                                        ((3, 5, 7, 9, 11), (4, 2, 0, 3, 1)), ((4100, 3), (1, 0))])
+def test_large_permutes_match_numpy(shape, perm):
+    a = RNG.standard_normal(shape).astype(np.float32)
+    np.testing.assert_array_equal(ad.permute_dims(on(a), perm).numpy(), np.transpose(a, perm))
+    out = np.transpose(a, perm).shape
+    src = [kernels._cstrides(shape)[d] for d in perm]
+    dims, _ = kernels._collapse(out, [kernels._cstrides(out), src])
+    assert ran(f"ew_copy_uint32_uint32_g{min(len(dims), 4)}")
+
+
+def test_large_strided_slices_and_broadcasts():
+    a = RNG.standard_normal((70, 90, 3)).astype(np.float32)
+    x = on(a)
+    np.testing.assert_array_equal(x[::3, 5:80:2, 1].numpy(), a[::3, 5:80:2, 1])
+    np.testing.assert_array_equal(x[::-1, :, ::-2].numpy(), a[::-1, :, ::-2])
+    b = RNG.standard_normal((70, 1, 3)).astype(np.float32)
+    np.testing.assert_array_equal((x + on(b)).numpy(), a + b)  # broadcast: a strided add
+    v = RNG.standard_normal(20_000).astype(np.float32)
+    np.testing.assert_array_equal(on(v)[1::7].numpy(), v[1::7])

@@ -322,15 +322,36 @@ def _elementwise(name: str, op: str, ins: tuple, out: str, mode: str) -> str:
     params = [_params("out", out, omode, nd, False)]
     params += [_params(f"p{k}", dt, m, nd, True) for k, (dt, m) in enumerate(zip(ins, modes))]
     params += [f"long n{d}" for d in range(nd)]
-    body = ["  long i = get_global_id(0);", "  if (i >= n) return;"]
-    if nd:
-        body.append("  long r = i;")
-        for d in reversed(range(nd)):
-            body.append(f"  long c{d} = r % n{d}; r /= n{d};" if d else f"  long c{d} = r;")
+    body = _grid_index(nd) if nd else ["  long i = get_global_id(0);", "  if (i >= n) return;"]
     for k, (dt, m) in enumerate(zip(ins, modes)):
         body.append(f"  {CTYPES[dt].compute} x{k} = {load(dt, f'p{k}', _index(f'p{k}', m, nd))};")
     body.append("  " + store(out, "out", _index("out", omode, nd), expr, T))
     return f"__kernel void {name}(" + ", ".join(params) + ", long n) {\n" + "\n".join(body) + "\n}\n"
+
+
+def _grid_index(nd: int) -> list:
+    """Index ``c0..c{nd-1}`` of a strided kernel from an up-to-3-D range (see :func:`grid`), the
+    innermost dim first; 4 dims share range dim 2 (one division per work-item)."""
+    ids = [f"c{nd - 1 - d}" for d in range(min(nd, 3))]
+    lines = [f"  long {c} = get_global_id({d});" for d, c in enumerate(ids)]
+    if nd == 4:
+        lines[-1] = "  long z = get_global_id(2); if (z >= n0 * n1) return; long c1 = z % n1, c0 = z / n1;"
+    bounds = [f"{c} >= n{c[1:]}" for c in ids[:2 if nd == 4 else 3]]
+    return lines + [f"  if ({' || '.join(bounds)}) return;"]
+
+
+def grid(dims: list, tile: int) -> tuple:
+    """(global, local) sizes of a strided kernel over collapsed ``dims``: the two innermost dims in
+    ``tile`` × ``tile`` work-groups (2-D tiles: no index division, and a transpose reads and writes
+    whole cache lines per group), the rest along range dim 2."""
+    inner = list(reversed(dims[-2:]))
+    g = [-(-d // tile) * tile for d in inner]
+    if len(dims) > 2:
+        outer = 1
+        for d in dims[:-2]:
+            outer *= d
+        g.append(outer)
+    return tuple(g), tuple([tile] * len(inner) + [1] * (len(g) - len(inner)))
 
 
 def _elementwise_vector(name: str, op: str, ins: tuple, out: str, mode: str) -> str:

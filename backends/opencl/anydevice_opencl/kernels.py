@@ -190,7 +190,14 @@ def _launch_strided(ctx, spec, head, out: View, ins: list, shape, local: int, pa
         for v, st in zip(views, strides):
             off = v.off + sum(i * s for i, s in zip(idx, st))
             args += [v.handle, off] + [0] * extra + st[len(lead):]
-        _launch(ctx, spec, (-(-n // local) * local,), (local,), args + dims + [n])
+        gsize, lsize = ((-(-n // local) * local,), (local,)) if pad else codegen.grid(dims, _tile(ctx))
+        _launch(ctx, spec, gsize, lsize, args + dims + [n])
+
+
+def _tile(ctx) -> int:
+    """Side of the 2-D work-groups of strided kernels: 16 where the device allows 256 work-items."""
+    cap = ctx.runtime.devices[ctx.index].max_work_group_size
+    return 16 if cap >= 256 else 8 if cap >= 64 else 1
 
 
 def copy(ctx, dst: View, src: View, shape) -> None:
