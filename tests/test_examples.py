@@ -65,7 +65,8 @@ def test_example_loss_curve_agrees_across_devices(name, device):
     assert fell <= (XPU_LACKS if device.startswith("xpu") else set()), f"{name} fell back to the CPU on {device}: {fell}"
     np.testing.assert_allclose(res["losses"], _cpu(name)["losses"], rtol=2e-4, atol=2e-5,
                                err_msg=f"{name}: loss curve on {device} vs cpu")
-    assert abs(res["accuracy"] - _cpu(name)["accuracy"]) <= 2.0 / 360  # at most a couple of borderline test digits
+    differ = round(abs(res["accuracy"] - _cpu(name)["accuracy"]) * 360)  # test digits classified differently
+    assert differ <= 2, f"{name}: {differ} of 360 test digits differ on {device}"  # at most a couple of borderline ones
 
 
 def test_example_arguments_and_data():

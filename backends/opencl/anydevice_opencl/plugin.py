@@ -36,10 +36,12 @@ def anydevice_create_runtime(device_type):
 @hookimpl
 def anydevice_register_kernels(device_type, runtime, kernels):
     from .kernels import register
+    from .kernels_optim import register as register_optim
     from .kernels_sorting import register as register_sorting
 
     register(kernels, runtime)
     register_sorting(kernels, runtime)
+    register_optim(kernels, runtime)
 
 
 @hookimpl

@@ -119,12 +119,22 @@ def _step_ref(step):
 
 
 def _bias_correction(xp, b, t):
-    """``1 - b**t`` on the device from the step tensor ``t`` (``b`` a Python float in [0, 1)), as
-    ``-expm1(t * log b)``: no cancellation when ``b`` is near 1 (float32 ``1 - 0.999**t`` would be
-    off by 1e-5 relative)."""
+    """``1 - b**t`` on the device from the step tensor ``t`` (``b`` a Python float in [0, 1)).
+
+    Not ``1 - exp(t * log b)``: with ``b`` near 1 that cancels (float32 ``1 - 0.999**1`` is off by
+    1e-5 relative). Kahan's form ``(1 - u) * x / log(u)`` with ``u = exp(x)``, ``x = t * log b``
+    is accurate to a few ulps with plain exp and log (devices without a native expm1 decompose
+    it into a dozen ops); ``x`` is kept above -80 so ``u`` stays a normal number (``b**t`` is
+    then below 2e-35 and the correction is 1 to float32 precision)."""
     if b == 0.0:
         return 1.0
-    return -xp.expm1(t * math.log(b))
+    lb = math.log(b)
+    x = xp.maximum(t * lb, -80.0)
+    u = xp.exp(x)
+    bc = (1.0 - u) * x / xp.log(u)
+    if abs(lb) < 1e-6:  # u may round to 1 (0 / 0): there 1 - b**t is -x to float32 precision
+        bc = xp.where(u == 1.0, -x, bc)
+    return bc
 
 
 def _as_compute(xp, t, like):

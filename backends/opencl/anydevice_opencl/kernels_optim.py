@@ -1,0 +1,171 @@
+"""Generated OpenCL kernels of the optimizer updates (``adam_update``, ``sgd_update``,
+``rmsprop_update``, ``adagrad_update``; :mod:`anydevice.ops.optim`): one launch per parameter
+instead of the two dozen of their decompositions.
+
+Every work-item reads the 0-d step count, so nothing is read back: the bias corrections are
+computed on the device (in double where the device has it, else in float with ``expm1``), the
+first work-item writes the new step count and the states the options leave unused. The
+element-wise math is rounded in the order of the cpu kernels (``FP_CONTRACT OFF``: no fused
+multiply-adds), so a step matches the cpu's to the bias corrections' last bits. One program per
+device and parameter dtype, built at the first update.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pyopencl as cl
+
+from .runtime import BUILD_OPTIONS, Launcher
+
+LOCAL = 128
+_CTYPE = {"float32": "float", "float64": "double"}
+
+#: op -> ("outputs | inputs | scalars | integers", body): the last output and input are the step
+#: counts, scalars marked ``*`` are of type ``S`` (what the step's scalars are computed in), the
+#: others of ``T`` (the parameter's); ``i`` indexes the element; ``bias(b, t)`` is 1 - b**t. A
+#: state the options leave unused (any size ``<name>_n``) is copied through unchanged.
+_BODIES = {
+    "adam_update": ("po mo vo xo so | p g m v x st | *lr *b1 *b2 eps wd c1 c2 decay | decoupled amsgrad x_n", """
+    __local S sc[2];  /* the step's scalars, once per work-group */
+    if (get_local_id(0) == 0) { S t = (S)tf; sc[0] = lr / bias(b1, t); sc[1] = sqrt(bias(b2, t)); }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    T s1 = (T)sc[0], r2 = (T)sc[1];
+    if (!amsgrad && i < x_n) xo[xo_o + i] = x[x_o + i];
+    if (i >= n) return;
+    T pp = p[p_o + i], gg = g[g_o + i];
+    if (wd != 0) { if (decoupled) pp = pp * decay; else gg = gg + wd * pp; }
+    T mm = m[m_o + i] * b1 + gg * c1;
+    T vv = (gg * gg) * c2 + v[v_o + i] * b2;
+    T den = vv;
+    if (amsgrad) { den = maxnan(x[x_o + i], vv); xo[xo_o + i] = den; }
+    den = sqrt(den) / r2 + eps;
+    mo[mo_o + i] = mm; vo[vo_o + i] = vv;
+    po[po_o + i] = pp - (mm * s1) / den;"""),
+    "sgd_update": ("po bo so | p g b st | lr mu damp wd | nesterov usemu b_n", """
+    if (!usemu && i < b_n) bo[bo_o + i] = b[b_o + i];
+    if (i >= n) return;
+    T pp = p[p_o + i], gg = g[g_o + i];
+    if (wd != 0) gg = gg + wd * pp;
+    if (usemu) {
+        T bb = b[b_o + i] * mu + (damp != 1 ? gg * damp : gg);
+        if (tf == 1.0f) bb = gg;
+        bo[bo_o + i] = bb;
+        gg = nesterov ? gg + bb * mu : bb;
+    }
+    po[po_o + i] = pp - gg * lr;"""),
+    "rmsprop_update": ("po so ao bo to | p g s a b st | lr alpha eps wd mu c | centered usemu a_n b_n", """
+    if (!centered && i < a_n) ao[ao_o + i] = a[a_o + i];
+    if (!usemu && i < b_n) bo[bo_o + i] = b[b_o + i];
+    if (i >= n) return;
+    T pp = p[p_o + i], gg = g[g_o + i];
+    if (wd != 0) gg = gg + wd * pp;
+    T ss = s[s_o + i] * alpha + (gg * gg) * c;
+    so[so_o + i] = ss;
+    T den;
+    if (centered) { T aa = a[a_o + i] * alpha + gg * c; ao[ao_o + i] = aa; den = sqrt(ss - aa * aa); }
+    else den = sqrt(ss);
+    T u = gg / (den + eps);
+    if (usemu) { u = b[b_o + i] * mu + u; bo[bo_o + i] = u; }
+    po[po_o + i] = pp - u * lr;"""),
+    "adagrad_update": ("po so to | p g s st | *lr *decay wd eps | ", """
+    T clr = (T)(lr / (((S)tf - 1) * decay + 1));
+    if (i >= n) return;
+    T pp = p[p_o + i], gg = g[g_o + i];
+    if (wd != 0) gg = gg + wd * pp;
+    T ss = s[s_o + i] + gg * gg;
+    so[so_o + i] = ss;
+    po[po_o + i] = pp - (gg * clr) / (sqrt(ss) + eps);"""),
+}
+
+
+def _signature(name):
+    """(outputs, inputs, scalars as (name, of type S), flags) of ``name``'s kernel."""
+    outs, ins, scalars, flags = (part.split() for part in _BODIES[name][0].split("|"))
+    return outs, ins, [(k.lstrip("*"), k.startswith("*")) for k in scalars], flags
+
+
+def _kernel_source(name: str, T: str) -> str:
+    outs, ins, scalars, flags = _signature(name)
+    step_out = outs[-1]
+    params = [f"__global {'float' if k == step_out else 'T'}* {k}, long {k}_o" for k in outs]
+    params += [f"__global const {'float' if k == 'st' else 'T'}* {k}, long {k}_o" for k in ins]
+    params += ["long n"] + [f"{'S' if wide else 'T'} {k}" for k, wide in scalars] + [f"long {k}" for k in flags]
+    head = (f"__kernel void anydevice_{name}_{T}({', '.join(params)}) {{\n"
+            f"    long i = get_global_id(0);\n    float tf = st[st_o] + 1.0f;\n"
+            f"    if (i == 0) {step_out}[{step_out}_o] = tf;")
+    return head + _BODIES[name][1] + "\n}\n"
+
+
+def program_source(T: str, fp64: bool) -> str:
+    """The four update kernels for parameters of C type ``T``; the step's scalars in double when
+    the device has it."""
+    S = "double" if fp64 else "float"
+    pre = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" if fp64 or T == "double" else ""
+    bias = ("1.0 - pow(b, t)" if fp64 else "-expm1(t * log(b))")
+    pre += (f"#pragma OPENCL FP_CONTRACT OFF\n#define T {T}\n#define S {S}\n"
+            f"static S bias(S b, S t) {{ return b == 0 ? (S)1 : {bias}; }}\n"
+            "static T maxnan(T a, T b) { return a != a ? a : (b != b ? b : (a > b ? a : b)); }\n")
+    return pre + "".join(_kernel_source(name, T) for name in _BODIES)
+
+
+_programs: dict = {}
+_lock = threading.Lock()
+
+
+def _launcher(ctx, name: str, dt: str) -> Launcher:
+    rt = ctx.runtime
+    key = (id(rt), ctx.index, dt)
+    prog = _programs.get(key)
+    if prog is None:
+        with _lock:
+            prog = _programs.get(key)
+            if prog is None:
+                src = program_source(_CTYPE[dt], rt.has_fp64(ctx.index))
+                prg = rt.build(ctx.index, src, BUILD_OPTIONS)
+                prog = _programs[key] = {n: Launcher(cl.Kernel(prg, f"anydevice_{n}_{_CTYPE[dt]}")) for n in _BODIES}
+    return prog[name]
+
+
+def _buf(a) -> list:
+    return [a.handle, a.byte_offset // a.dtype.itemsize]
+
+
+def _run(ctx, name, out, inputs, scalars, ints) -> None:
+    p = inputs[0]
+    dt = p.dtype.name
+    n = p.size
+    S = np.float64 if ctx.runtime.has_fp64(ctx.index) else np.float32
+    T = p.dtype.numpy.type
+    args = [a for o in out for a in _buf(o)] + [a for x in inputs for a in _buf(x)] + [n]
+    args += [(S if wide else T)(scalars[k]) for k, wide in _signature(name)[2]] + [int(f) for f in ints]
+    g = -(-max(n, 1, *ints) // LOCAL) * LOCAL
+    _launcher(ctx, name, dt)(ctx.runtime.queue(ctx.index, ctx.stream), (g,), (LOCAL,), args)
+
+
+def adam_update(ctx, out, p, g, m, v, x, step, *, lr, beta1, beta2, eps, weight_decay, decoupled, amsgrad):
+    _run(ctx, "adam_update", out, (p, g, m, v, x, step),
+         {"lr": lr, "b1": beta1, "b2": beta2, "eps": eps, "wd": weight_decay, "c1": 1.0 - beta1, "c2": 1.0 - beta2,
+          "decay": 1.0 - lr * weight_decay}, (decoupled, amsgrad, x.size))
+
+
+def sgd_update(ctx, out, p, g, b, step, *, lr, momentum, dampening, weight_decay, nesterov):
+    _run(ctx, "sgd_update", out, (p, g, b, step),
+         {"lr": lr, "mu": momentum, "damp": 1.0 - dampening, "wd": weight_decay}, (nesterov, momentum != 0.0, b.size))
+
+
+def rmsprop_update(ctx, out, p, g, s, a, b, step, *, lr, alpha, eps, weight_decay, momentum, centered):
+    _run(ctx, "rmsprop_update", out, (p, g, s, a, b, step),
+         {"lr": lr, "alpha": alpha, "eps": eps, "wd": weight_decay, "mu": momentum, "c": 1.0 - alpha},
+         (centered, momentum != 0.0, a.size, b.size))
+
+
+def adagrad_update(ctx, out, p, g, s, step, *, lr, lr_decay, weight_decay, eps):
+    _run(ctx, "adagrad_update", out, (p, g, s, step),
+         {"lr": lr, "decay": lr_decay, "wd": weight_decay, "eps": eps}, ())
+
+
+def register(kernels, runtime) -> None:
+    for fn in (adam_update, sgd_update, rmsprop_update, adagrad_update):
+        kernels.register(fn.__name__, fn, dtypes=list(_CTYPE), out=True)
+
