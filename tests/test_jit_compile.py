@@ -224,14 +224,16 @@ def _cl_fns():
 
     def reductions(x, b, s):
         y = ad.maximum(x, 0.0) * b
-        return ad.max(y * 2.0, axis=1), ad.mean(ad.exp(-y), axis=(0, 1)), ad.sum(y + 1.0, axis=1, keepdims=True)
+        lse = ad.log(ad.sum(ad.exp(-y), axis=1, keepdims=True)) * 0.5  # element-wise work after the reduction
+        return (ad.max(y * 2.0, axis=1), ad.mean(ad.exp(-y), axis=(0, 1)), ad.sum(y + 1.0, axis=1, keepdims=True),
+                lse - ad.reshape(b[:1], (1, 1)))
 
     def ints_and_bools(x, b, s):
         m = (s > 0) & (s < 3)  # bool logic on int32
         t = ad.where(m, s * 2, -s)  # int arithmetic
         return t, ad.astype(t, ad.float32) + x
 
-    bcast_scalar_cast.reduced, reductions.reduced, ints_and_bools.reduced = {1}, {0, 1, 2}, set()
+    bcast_scalar_cast.reduced, reductions.reduced, ints_and_bools.reduced = {1}, {0, 1, 2, 3}, set()
     return [bcast_scalar_cast, reductions, ints_and_bools]
 
 

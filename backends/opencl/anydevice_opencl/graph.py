@@ -134,15 +134,24 @@ class Program:
             self.axes, self.kept = axes, kept
         self.source = self._source()
 
-    # the per-element body: loads of inputs, one statement per node
-    def _body(self, coords, lin, indent="  ") -> tuple[list, list]:
-        shape, names, lines = self.chain.shape, {}, []
-        for k, v in enumerate(self.inputs):
-            dt = v.dtype.name
-            idx = lin if tuple(v.shape) == tuple(shape) else _index(_bstrides(v.shape, shape), coords)
-            names[v.id] = f"i{k}"
-            lines.append(f"{indent}{codegen.CTYPES[dt].storage} i{k} = {codegen.load(dt, f'p{k}', f'p{k}_o + ' + idx)};")
-        for node in self.chain.elementwise:
+    # the per-element body: loads of the inputs it reads, one statement per node
+    def _body(self, coords, lin, indent="  ", nodes=None, shape=None, names=None) -> tuple[list, list, dict]:
+        """Statements computing ``nodes`` (default: the element-wise nodes before the reduction) at
+        coordinates ``coords`` of ``shape`` (linear index ``lin``), and the stores of the values
+        among them that leave the chain."""
+        shape = self.chain.shape if shape is None else shape
+        nodes = self.chain.elementwise if nodes is None else nodes
+        names, lines = dict(names or {}), []
+        index = {v.id: k for k, v in enumerate(self.inputs)}
+        for node in nodes:
+            for v in node.input_values() if hasattr(node, "input_values") else ():
+                k = index.get(v.id)
+                if k is None or v.id in names:
+                    continue
+                dt = v.dtype.name
+                idx = lin if tuple(v.shape) == tuple(shape) else _index(_bstrides(v.shape, shape), coords)
+                names[v.id] = f"i{k}"
+                lines.append(f"{indent}{codegen.CTYPES[dt].storage} i{k} = {codegen.load(dt, f'p{k}', f'p{k}_o + ' + idx)};")
             ins, out = _signature(node, True)
             args = []
             vals = [x for x in node.inputs if hasattr(x, "dtype")]
@@ -159,10 +168,9 @@ class Program:
             o = node.outputs[0]
             names[o.id] = f"v{o.id}"
             lines.append(f"{indent}{codegen.CTYPES[out].storage} v{o.id} = {_convert(out, expr)};")
-        stores = []
-        for j, o in enumerate(self.outputs):
-            if o.producer is not self.chain.reduction:
-                stores.append(f"{indent}{codegen.store(o.dtype.name, f'q{j}', f'q{j}_o + {lin}', names[o.id])}")
+        mine = {o.id for n in nodes for o in n.outputs}
+        stores = [f"{indent}{codegen.store(o.dtype.name, f'q{j}', f'q{j}_o + {lin}', names[o.id])}"
+                  for j, o in enumerate(self.outputs) if o.id in mine]
         return lines, stores, names
 
     def _params(self) -> str:
@@ -221,9 +229,20 @@ class Program:
                      f"    if (l < w) {{ {T} a = sh[l], b = sh[l + w]; sh[l] = ({T})({comb}); }}",
                      "    barrier(CLK_LOCAL_MEM_FENCE); }", "  acc = sh[0];"]
         res = f"acc / ({T}){self.k}" if red.op.name == "mean" else "acc"
-        j = self.outputs.index(red.outputs[0]) if red.outputs[0] in self.outputs else None
+        ro = red.outputs[0]
+        tail.append("  if (l != 0) return;")
+        tail.append(f"  {codegen.CTYPES[out_dt].storage} v{ro.id} = {_convert(out_dt, res)};")
+        j = self.outputs.index(ro) if ro in self.outputs else None
         if j is not None:
-            tail.append(f"  if (l == 0) {codegen.store(out_dt, f'q{j}', f'q{j}_o + g', res, T)}")
+            tail.append(f"  {codegen.store(out_dt, f'q{j}', f'q{j}_o + g', f'v{ro.id}')}")
+        if self.chain.epilogue:  # element-wise work on the result, at its coordinates
+            rshape = tuple(ro.shape)
+            tail.append("  r = g;")
+            for d in reversed(range(len(rshape))):
+                tail.append(f"  long e{d} = r % {rshape[d]}L; r /= {rshape[d]}L;")
+            lines, stores, _ = self._body([f"e{d}" for d in range(len(rshape))], "g", "  ", self.chain.epilogue,
+                                          rshape, {ro.id: f"v{ro.id}"})
+            tail += lines + stores
         return "\n".join(head + body + tail) + "\n}\n"
 
     def launch_size(self, cap: int) -> tuple:
@@ -268,7 +287,7 @@ _counter = [0]
 def compile_graph(device_type, runtime, graph, kernels):
     """The claims of one graph: its fusible chains, each a :class:`FusedKernel`; None if none.
     (A float64 value exists only on a device with cl_khr_fp64, so the graph's dtypes tell.)"""
-    found = chains(graph, _accept(True), _accept_reduction(True), device_type=device_type)
+    found = chains(graph, _accept(True), _accept_reduction(True), device_type=device_type, epilogue=True)
     if not found:
         return None
     _counter[0] += 1

@@ -16,13 +16,15 @@ REDUCTIONS = ("sum", "prod", "max", "min", "mean")
 
 
 class Chain:
-    """Nodes (graph order) that run as one kernel over ``shape``; ``reduction`` ends it or is None."""
+    """Nodes (graph order) that run as one kernel over ``shape``; ``reduction`` ends it or is None;
+    ``epilogue``: element-wise nodes after the reduction, over its result's shape (only when
+    :func:`chains` was asked for them)."""
 
-    __slots__ = ("nodes", "shape", "reduction", "inputs", "outputs")
+    __slots__ = ("nodes", "shape", "reduction", "inputs", "outputs", "epilogue")
 
-    def __init__(self, nodes, shape, reduction, inputs, outputs):
+    def __init__(self, nodes, shape, reduction, inputs, outputs, epilogue=()):
         self.nodes, self.shape, self.reduction = nodes, shape, reduction
-        self.inputs, self.outputs = inputs, outputs
+        self.inputs, self.outputs, self.epilogue = inputs, outputs, list(epilogue)
 
     @property
     def ids(self) -> frozenset:
@@ -34,7 +36,8 @@ class Chain:
 
     @property
     def elementwise(self) -> list:
-        return [n for n in self.nodes if n is not self.reduction]
+        """The element-wise nodes before the reduction (all of them when there is none)."""
+        return [n for n in self.nodes if n is not self.reduction and n not in self.epilogue]
 
 
 def is_elementwise(node) -> bool:
@@ -61,10 +64,11 @@ def _size(shape) -> int:
 
 
 class _Group:
-    __slots__ = ("nodes", "shape", "preds", "closed", "reduction")
+    __slots__ = ("nodes", "shape", "preds", "closed", "reduction", "epilogue", "after")
 
     def __init__(self, shape):
         self.nodes, self.shape, self.preds, self.closed, self.reduction = [], shape, set(), False, None
+        self.epilogue, self.after = [], set()  # nodes after the reduction, the value ids they may read
 
 
 def _depends(start, target) -> bool:
@@ -80,12 +84,15 @@ def _depends(start, target) -> bool:
     return False
 
 
-def chains(graph, accept, accept_reduction=None, min_nodes: int = 2, device_type: str | None = None) -> list:
+def chains(graph, accept, accept_reduction=None, min_nodes: int = 2, device_type: str | None = None,
+           epilogue: bool = False) -> list:
     """The fusible chains of ``graph`` (only nodes on ``device_type`` when given; every node of a
     chain is on one device): element-wise nodes ``accept(node)`` allows, grouped with
     their producers when the result has the same shape and grouping keeps every chain convex;
     a reduction ``accept_reduction(node)`` allows may end the chain that produces its input.
-    Chains of fewer than ``min_nodes`` nodes (``broadcast_to`` not counted) are left out."""
+    Chains of fewer than ``min_nodes`` nodes (``broadcast_to`` not counted) are left out.
+    ``epilogue=True``: element-wise nodes over the reduction's result shape that read it (a
+    ``log`` of a sum, a mean's division) join the chain after its reduction."""
     group_of: dict = {}  # value id -> group of its producer (every node gets a group)
     groups = []
     for node in graph.nodes:
@@ -103,6 +110,11 @@ def chains(graph, accept, accept_reduction=None, min_nodes: int = 2, device_type
                         target = g
                     elif g is not target and _may_merge(target, g, groups):  # one chain from two
                         _merge(target, g, groups, group_of)
+            if target is None and epilogue:
+                target = _epilogue_group(node, ins, producers, shape)
+                if target is not None:
+                    target.epilogue.append(node)
+                    target.after.update(o.id for o in node.outputs)
             if target is None:
                 target = _Group(shape)
                 groups.append(target)
@@ -111,6 +123,7 @@ def chains(graph, accept, accept_reduction=None, min_nodes: int = 2, device_type
               and _size(node.outputs[0].shape) and _size(ins[0].shape) and accept_reduction(node)):
             target = producers[0]
             target.closed, target.reduction = True, node
+            target.after.update(o.id for o in node.outputs)
         if target is None:  # a node outside any chain: a group of its own, closed
             target = _Group(None)
             target.closed = True
@@ -128,13 +141,26 @@ def chains(graph, accept, accept_reduction=None, min_nodes: int = 2, device_type
             continue
         ids = {n.id for n in g.nodes}
         inputs, outputs = graph.boundary(ids)
-        out.append(Chain(g.nodes, g.shape, g.reduction, inputs, outputs))
+        out.append(Chain(g.nodes, g.shape, g.reduction, inputs, outputs, g.epilogue))
     return out
 
 
 def _may_join(g, producers) -> bool:
     """A node reading from ``producers`` may join ``g`` unless one of its other inputs depends on ``g``."""
     return not any(p is not None and p is not g and _depends(p, g) for p in producers)
+
+
+def _epilogue_group(node, ins, producers, shape):
+    """The chain ``node`` may end (after its reduction), or None: it reads that chain only
+    through the reduction's result or earlier epilogue nodes, its shape is the result's, and no
+    other input depends on the chain."""
+    for g in producers:
+        if g is not None and g.reduction is not None and g.nodes is not None and \
+                tuple(g.reduction.outputs[0].shape) == shape and _may_join(g, producers):
+            mine = [v for v, p in zip(ins, producers) if p is g]
+            if mine and all(v.id in g.after for v in mine):
+                return g
+    return None
 
 
 def _may_merge(a, b, groups) -> bool:

@@ -148,6 +148,8 @@ def bench_jit(devices, steps=20, rounds=7, threads=1, notes=None, torch=None, ba
         fns[f"{dev} eager"], fns[f"{dev} compiled"] = eager, comp
     if torch is not None:
         fns["torch"] = _torch_step(torch, weights, data, lr)
+        for _ in range(max((fns[f"{d} eager"].i for d in devices), default=0)):  # as many steps as ours so far
+            fns["torch"]()
     for f in fns.values():  # warm-up
         for _ in range(3):
             after = f()
