@@ -27,6 +27,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="only this check: dtype, shape, values, grad, errors (repeatable)")
     p.add_argument("--no-fallback", action="store_true",
                    help="fail the run when any op runs through the CPU fallback on a tested device")
+    p.add_argument("--compile", action="store_true",
+                   help="run every sample through anydevice.jit.compile (traced once, the result from a replay of "
+                        "the graph) and compare that with the reference")
     p.add_argument("--json", metavar="PATH", help="write the JSON report here")
     p.add_argument("--html", metavar="PATH", help="write the HTML report here")
     p.add_argument("--max-failures", type=int, default=25, metavar="N",
@@ -93,7 +96,7 @@ def _run_with_progress(n_devices, ops, args, err):
             bar.update(task, description=f"{device} {op:<20}")
 
         report = suite.run(devices=args.device or ["cpu"], ops=[o.name for o in ops], dtypes=args.dtype,
-                           checks=args.check, progress=progress, no_fallback=args.no_fallback)
+                           checks=args.check, progress=progress, no_fallback=args.no_fallback, compile=args.compile)
         bar.advance(task)
     return report
 

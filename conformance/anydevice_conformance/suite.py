@@ -186,7 +186,8 @@ class quiet_run:
         return False
 
 
-def run(devices=("cpu",), ops=None, dtypes=None, checks=None, progress=None, no_fallback=False):
+def run(devices=("cpu",), ops=None, dtypes=None, checks=None, progress=None, no_fallback=False, compile=False):
+    """``compile=True``: every sample runs through ``anydevice.jit.compile`` (traced, then replayed)."""
     from .report import Report
 
     targets = resolve_targets(devices)
@@ -197,16 +198,20 @@ def run(devices=("cpu",), ops=None, dtypes=None, checks=None, progress=None, no_
     t0 = time.time()
     cases = []
     timings = {}
-    with quiet_run():
-        for t in targets:
-            dev = t.device
-            t1 = time.perf_counter()
-            for op in op_list:
-                if progress is not None:
-                    progress(str(dev), op.name)
-                cases += runner.run_device_op(op, dev, dts, chk)
-            timings[str(dev)] = time.perf_counter() - t1
+    runner.COMPILE[0] = bool(compile)
+    try:
+        with quiet_run():
+            for t in targets:
+                dev = t.device
+                t1 = time.perf_counter()
+                for op in op_list:
+                    if progress is not None:
+                        progress(str(dev), op.name)
+                    cases += runner.run_device_op(op, dev, dts, chk)
+                timings[str(dev)] = time.perf_counter() - t1
+    finally:
+        runner.COMPILE[0] = False
     infos = [dict(device_info(t), seconds=round(timings[str(t.device)], 3)) for t in targets]
     return Report(cases, infos, started=t0, seconds=time.time() - t0,
-                  selection={"ops": ops and list(ops), "dtypes": dts, "checks": chk},
+                  selection={"ops": ops and list(ops), "dtypes": dts, "checks": chk, "compile": bool(compile)},
                   unusable=unusable, unavailable=unavailable, no_fallback=no_fallback)

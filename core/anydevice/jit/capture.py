@@ -142,9 +142,7 @@ class Tracer:
                         return
                 self.random.append((gen, blocks, [(node, off - goff)], goff))
                 return
-        raise TraceError(f"{where()}: {node.op.name}() was given an explicit key and offset: a replay would draw "
-                         "the same numbers every time; draw from a Generator (anydevice.random) instead, or "
-                         f"{_EAGER_HINT}")
+        # an explicit key and offset (no generator drew them): the same numbers at every call, as eager
 
     # --- host reads -------------------------------------------------------------------------
     def on_read(self, t: Tensor, arr: np.ndarray) -> None:
@@ -332,7 +330,7 @@ def finish(tr: Tracer, fn_name: str, result, flat_args, pre: _state.Walk, before
         if old is None:
             change = change or f"{ref} appeared"
             continue
-        if old[1] == val and type(old[1]) is type(val):
+        if type(old[1]) is type(val) and (old[1] == val or val != val and old[1] != old[1]):  # NaN stays NaN
             continue
         if type(val) is int and type(old[1]) is int and val == old[1] + 1:
             counters.append((key, ref))
