@@ -37,9 +37,10 @@ def mpirun(n: int, worker: str, *args, timeout: float = 60, flags=(), env=None):
 
 
 CASES = [(2, "cpu", "float32,float64,int32,bool"), (2, "npu", "float32,int32,bool,float16,bfloat16"),
-         (4, "cpu", "float32,int32,bool")]
+         (4, "cpu", "float64,bool"), (4, "npu", "float32,int32")]
 if SLOW:
-    CASES += [(4, "npu", "float32,int32,bool,float16"), (2, "xpu", "float32,bool"), (2, "dcu", "float64,int32")]
+    CASES += [(4, "cpu", "float32,int32,uint8,complex64"), (4, "npu", "bool,float16,bfloat16"), (2, "xpu", "float32,bool"),
+              (2, "dcu", "float64,int32,complex128")]
 
 
 @pytest.mark.parametrize("n,device,dtypes", CASES, ids=[f"{n}x{d}" for n, d, _ in CASES])
@@ -126,29 +127,38 @@ ERRORS = {
 }
 
 
-@pytest.mark.parametrize("device", ["cpu", "npu"])
-def test_bad_input_names_the_collective_and_the_argument(tmp_path, device):
-    p, reports = mpirun(2, "errors.py", device, tmp_path)
+COMMON = ("uninitialized", "uninitialized_rank", "bad_timeout", "bad_backend", "init_twice")
+
+
+def test_bad_input_names_the_collective_and_the_argument(tmp_path):
+    """The same errors, with the same messages, for tensors of every device type."""
+    p, reports = mpirun(2, "errors.py", "cpu,npu", tmp_path)
     assert sorted(reports) == [0, 1], p.stdout + p.stderr
     for r, rep in reports.items():
-        cases = rep["cases"]
-        for name, (etype, text) in ERRORS.items():
-            assert cases[name][0] == etype and text in cases[name][1], (r, name, cases[name])
-        assert cases["grad_leaf_no_grad"] == [2.0, 4.0]
-        assert cases["initialized_after_bad_backend"] is False  # under no_grad the update is allowed, as in torch
-    assert reports[0]["cases"]["scatter_list"][1] == ("scatter(): scatter_list has 1 tensors; it needs one per rank "
-                                                      "of the group (2)")
-    assert reports[1]["cases"]["scatter_list"][1].startswith("scatter(): scatter_list is only given on the source rank 0")
-    # ranks that disagree with each other: each names the other's call and its own
-    for me, other in ((0, 1), (1, 0)):
-        cases = reports[me]["cases"]
-        mine, theirs = ("float32", "int32") if me == 0 else ("int32", "float32")
-        assert cases["cross_rank_dtype"] == ["DistributedError", (
-            f"all_reduce(): world rank {other} called all_reduce() on {theirs}[2] where world rank {me} called "
-            f"all_reduce() on {mine}[2] (collective #5 of the group); every member must call the same collectives "
-            f"in the same order, with one shape, dtype, device type, root and op")]
-        assert cases["cross_rank_shape"][0] == "DistributedError"
-        assert f"world rank {other} called all_reduce() on float32[{2 + other}] where world rank {me} called " \
-               f"all_reduce() on float32[{2 + me}]" in cases["cross_rank_shape"][1]
-    assert reports[1]["cases"]["non_member"] == ["ValueError", "all_reduce(): this rank (world rank 1) is not a member "
-                                                 "of the group (world ranks [0]); only members may call its collectives"]
+        common = rep["common"]
+        assert common["initialized_after_bad_backend"] is False
+        assert sorted(rep["devices"]) == ["cpu", "npu"]
+        for device, cases in rep["devices"].items():
+            for name, (etype, text) in ERRORS.items():
+                got = (common if name in COMMON else cases)[name]
+                assert got[0] == etype and text in got[1], (r, device, name, got)
+            assert cases["grad_leaf_no_grad"] == [2.0, 4.0]  # under no_grad the update is allowed, as in torch
+    for device in ("cpu", "npu"):
+        assert reports[0]["devices"][device]["scatter_list"][1] == (
+            "scatter(): scatter_list has 1 tensors; it needs one per rank of the group (2)")
+        assert reports[1]["devices"][device]["scatter_list"][1].startswith(
+            "scatter(): scatter_list is only given on the source rank 0")
+        assert reports[1]["devices"][device]["non_member"] == [
+            "ValueError", "all_reduce(): this rank (world rank 1) is not a member of the group (world ranks [0]); "
+            "only members may call its collectives"]
+        # ranks that disagree with each other: each names the other's call and its own
+        for me, other in ((0, 1), (1, 0)):
+            cases = reports[me]["devices"][device]
+            mine, theirs = ("float32", "int32") if me == 0 else ("int32", "float32")
+            assert cases["cross_rank_dtype"] == ["DistributedError", (
+                f"all_reduce(): world rank {other} called all_reduce() on {theirs}[2] where world rank {me} called "
+                f"all_reduce() on {mine}[2] (collective #1 of the group); every member must call the same "
+                f"collectives in the same order, with one shape, dtype, device type, root and op")]
+            assert cases["cross_rank_shape"][0] == "DistributedError"
+            assert f"world rank {other} called all_reduce() on float32[{2 + other}] where world rank {me} called " \
+                   f"all_reduce() on float32[{2 + me}]" in cases["cross_rank_shape"][1]

@@ -29,6 +29,8 @@ def data(r, dt, shape=(2, 3)):
         return a % 2 == 0
     if dt.startswith(("float", "bfloat")):
         return (a + 0.25 * r).astype(getattr(ad, dt).numpy)
+    if dt.startswith("complex"):
+        return (a + 0.25j * (r + 1)).astype(dt)
     return a.astype(dt)
 
 
@@ -39,9 +41,10 @@ def tensor(a, dt):
 def check(what, got, want, dt):
     checks[0] += 1
     got = got.numpy() if hasattr(got, "numpy") else got
-    tol = {"float16": 2e-3, "bfloat16": 2e-2, "float32": 1e-6}.get(dt, 1e-12)
+    tol = {"float16": 2e-3, "bfloat16": 2e-2, "float32": 1e-6, "complex64": 1e-6}.get(dt, 1e-12)
     ok = got.shape == want.shape and (np.array_equal(got, want) if dt in ("bool",) or "int" in dt else
-                                      np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol))
+                                      np.allclose(got.astype(np.complex128), want.astype(np.complex128), rtol=tol,
+                                                  atol=tol))
     if not ok:
         failures.append(f"{what} [{dt}] on rank {rank}: got {got.tolist()}, want {want.tolist()}")
 
@@ -49,7 +52,7 @@ def check(what, got, want, dt):
 def reduced(op, dt, rows=None):
     xs = [data(q, dt) if rows is None else rows(q) for q in range(n)]
     if op == "avg":
-        return (np.sum(np.stack(xs).astype(np.float64), axis=0) / n).astype(xs[0].dtype)
+        return (np.sum(np.stack(xs).astype(np.complex128), axis=0) / n).astype(xs[0].dtype)
     acc = np.array(xs[0], copy=True)
     for x in xs[1:]:
         acc = UFUNC[op](acc, x).astype(acc.dtype)
@@ -58,7 +61,7 @@ def reduced(op, dt, rows=None):
 
 def ops_for(dt):
     return ["max", "min"] if dt == "bool" else ["sum", "avg", "max", "min", "prod"] if "float" in dt else \
-        ["sum", "max", "min", "prod"]
+        ["sum", "avg", "prod"] if "complex" in dt else ["sum", "max", "min", "prod"]
 
 
 def run(dt):
@@ -67,15 +70,16 @@ def run(dt):
         t = tensor(mine, dt)
         dist.all_reduce(t, op=op)
         check(f"all_reduce {op}", t, reduced(op, dt), dt)
+    some = "sum" if "complex" in dt else "max"  # a reduction every dtype here has
     t = tensor(mine, dt)
-    w = dist.all_reduce(t, op=dist.ReduceOp.MAX, async_op=True)
+    w = dist.all_reduce(t, op=some, async_op=True)
     w.wait()
-    check("all_reduce async", t, reduced("max", dt), dt)
+    check("all_reduce async", t, reduced(some, dt), dt)
     assert w.is_completed()
     t = tensor(mine, dt)
     dist.broadcast(t, src=n - 1)
     check("broadcast", t, data(n - 1, dt), dt)
-    for op in ("max",) if dt == "bool" else ("sum", "max"):
+    for op in ("max",) if dt == "bool" else ("sum",) if "complex" in dt else ("sum", "max"):
         t = tensor(mine, dt)
         dist.reduce(t, dst=0, op=op)
         check(f"reduce {op}", t, reduced(op, dt) if rank == 0 else mine, dt)

@@ -96,13 +96,13 @@ def _run(group, name: str, like: Tensor, x: Tensor | None, finish, *args, peer=N
     g.check(name)
     _leaf_ok(targets, name)
     dev = like.device
-    comm, staged = comms.engine(g, dev.type, args[0])
     sig = None
     if peer is None:
         sig = signature(args[0], like, (dev.type, *args[1:]))
         seq = g.arrive(sig)
     else:
         seq = g.seq
+    comm, staged = comms.engine(g, dev.type, args[0])
     req = _start(g, comm, staged, x, args)
     if req is None:  # the plugin's communicator declined this call (a dtype it lacks, ...)
         comms.count(args[0], dev.type, getattr(comm, "name", type(comm).__name__))

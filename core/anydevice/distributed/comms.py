@@ -17,7 +17,7 @@ import warnings
 
 from anydevice.base.errors import FallbackError
 
-from .mpi import DistributedError, DistributedTimeoutError, HostCommunicator, poll
+from .mpi import DistributedError, HostCommunicator, poll
 
 _HOST = "<host>"
 _counts: collections.Counter = collections.Counter()
@@ -91,7 +91,7 @@ def _create(group, device_type: str, name: str):
                 f"{name}(): backend {group.backend!r} has no communicator for device type {device_type!r} "
                 f"(plugin {plugin} provides none); use backend=None or 'mpi'")
         return host(group)
-    comm = _dup(group, name)
+    comm = _dup(group, name, device_type)
     try:
         c = factory(Bootstrap(group, comm, be))
     except Exception as e:
@@ -104,12 +104,10 @@ def _create(group, device_type: str, name: str):
     return c
 
 
-def _dup(group, name: str):
+def _dup(group, name: str, device_type: str):
     comm, req = group.comm.Idup()
     if not poll(req.Test, time.monotonic() + group.timeout):
-        msg = f"{name}(): setting up a communicator timed out after {group.timeout:g} s; not every member arrived"
-        group.fail(msg)
-        raise DistributedTimeoutError(msg)
+        raise group.timeout_error(name, group.timeout, group.seq, where=f" setting up its {device_type} communicator")
     return comm
 
 

@@ -149,6 +149,21 @@ class ProcessGroup:
                         f"collectives in the same order, with one shape, dtype, device type, root and op")
         return None
 
+    def timeout_error(self, name: str, limit: float, seq: int, sig=None, peer=None, where: str = ""):
+        """The DistributedTimeoutError of collective ``seq`` (the group is broken from now on)."""
+        me = self.ranks[self.rank]
+        if peer is not None:
+            who = f"world rank {peer} did not take part (it exited, hangs, or called something else)"
+        else:
+            miss = self.missing(seq)
+            who = (f"world rank(s) {miss} did not arrive (they exited, hang, or are still busy with earlier work)"
+                   if miss else (self.mismatch(seq, sig) if sig is not None else None) or
+                   "every member arrived, so some member called a different collective or passed another shape")
+        msg = (f"{name}() timed out after {limit:g} s on world rank {me} in a group of {self.size} "
+               f"(world ranks {self.ranks}){where}; {who}")
+        self.fail(msg)
+        return DistributedTimeoutError(msg)
+
     def fail(self, msg: str) -> None:
         """Mark the group broken (a collective timed out); plugin communicators may abort their work."""
         self.broken = msg
@@ -229,19 +244,7 @@ class Work:
         self.value = self.finish(self.request.result())
 
     def _timed_out(self, limit: float):
-        g = self.group
-        me = g.ranks[g.rank]
-        if self.peer is not None:
-            who = f"world rank {self.peer} did not take part (it exited, hangs, or called something else)"
-        else:
-            miss = g.missing(self.seq)
-            who = (f"world rank(s) {miss} did not arrive (they exited, hang, or are still busy with earlier work)"
-                   if miss else g.mismatch(self.seq, self.sig) or
-                   "every member arrived, so some member called a different collective or passed another shape")
-        msg = (f"{self.name}() timed out after {limit:g} s on world rank {me} in a group of {g.size} "
-               f"(world ranks {g.ranks}); {who}")
-        g.fail(msg)
-        raise DistributedTimeoutError(msg)
+        raise self.group.timeout_error(self.name, limit, self.seq, self.sig, peer=self.peer)
 
 
 def _env_int(name: str):
