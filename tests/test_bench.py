@@ -30,3 +30,10 @@ def test_bench_quick_json_has_every_section(capsys):
     assert 0 < step["median"] and math.isfinite(step["final_loss"]) and step["final_loss"] < 2.31  # below log(10)
     assert any("torch left out" in n for n in report["notes"])
     assert had_torch or "torch" not in sys.modules  # --no-torch never imports it
+
+
+def test_bench_only_runs_the_sections_asked_for(capsys):
+    assert bench.main(["--quick", "--json", "--device", "cpu", "--no-torch", "--only", "mlp"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ops"] == [] and report["tiny_add_seconds"] == {} and report["add16m_gbs"] == {}
+    assert list(report["mlp_step"]) == ["anydevice cpu:0"]

@@ -133,6 +133,23 @@ def array_kernels(xp, host_step: bool = True) -> dict:
     return {f.__name__: f for f in (adam_update, sgd_update, rmsprop_update, adagrad_update)}
 
 
+def returning_kernels(xp=np) -> dict:
+    """The update kernels in the returning convention, ``fn(ctx, *inputs, **attrs) -> tuple`` of
+    new arrays, for a backend that copies results into its own buffers (a queued kernel of the
+    simulated devices): each output is shaped like its input (the param, the states, the step)."""
+    def returning(fn):
+        def k(ctx, *inputs, **attrs):
+            out = tuple(xp.empty_like(x) for x in (inputs[0], *inputs[2:]))
+            with np.errstate(all="ignore"):
+                fn(out, *inputs, **attrs)
+            return out
+
+        k.__name__ = k.__qualname__ = fn.__name__
+        return k
+
+    return {name: returning(fn) for name, fn in array_kernels(xp).items()}
+
+
 def _quiet(fn):
     def k(ctx, out, *a, **kw):
         with np.errstate(all="ignore"):  # inf and NaN gradients propagate as in the element-wise ops

@@ -451,6 +451,21 @@ def _print_mlp(res, threads) -> None:
         print(f"  {name:<20} {_us(s):>26}   final loss {s['final_loss']:.6f}{extra}")
 
 
+def _print_tiny(tiny) -> None:
+    base = dict(tiny)["numpy add (4 x float32)"]
+    torch_t = dict(tiny).get("torch CPU add")
+    cpu_t = dict(tiny).get("anydevice cpu:0 a + b")
+    print("tiny op (eager add, 4 x float32)")
+    for name, t in tiny:
+        extra = f"   {t / torch_t:5.2f}x torch" if torch_t else ""
+        extra += f"   {t / cpu_t:5.2f}x anydevice cpu" if cpu_t else ""
+        print(f"  {name:<34} {t * 1e6:8.2f} us   {t / base:5.2f}x numpy{extra}")
+
+
+#: the sections of the report, in the order they run (``--only`` picks some)
+SECTIONS = ("tiny", "ops", "mlp", "jit", "large", "matmul")
+
+
 def _devices(spec) -> list:
     from anydevice.api import device
 
@@ -470,19 +485,30 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1, help="torch's intra-op threads and numpy's BLAS threads (default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--no-torch", action="store_true", help="leave torch out even where it is installed")
+    p.add_argument("--only", help=f"comma-separated sections to run (default all): {','.join(SECTIONS)}")
     args = p.parse_args(argv)
     _NO_TORCH[0] = args.no_torch
     notes: list = []
+    only = set(SECTIONS) if not args.only else {s.strip() for s in args.only.split(",")}
+    if only - set(SECTIONS):
+        p.error(f"--only: unknown section(s) {sorted(only - set(SECTIONS))}; choose from {', '.join(SECTIONS)}")
     load_start = _load()
     devs = _devices(args.device)
     quick = args.quick
+    tiny, ops, mlp, jit, large, mm = [], [], {}, {}, None, None
     with _blas_threads(args.threads, notes):
-        tiny = bench_tiny(devs, 2000 if quick else 20000)
-        ops = bench_ops(devs, 30 if quick else 1000, 3 if quick else 7, args.threads)
-        mlp = bench_mlp(devs, 3 if quick else 20, 3 if quick else 7, args.threads, notes)
-        jit = bench_jit(devs, 3 if quick else 20, 3 if quick else 7, args.threads, notes, torch=_torch(args.threads))
-        large = bench_large("cpu", 1024 * 1024 if quick else 16 * 1024 * 1024)
-        mm = bench_matmul("cpu", 256 if quick else 1024)
+        if "tiny" in only:
+            tiny = bench_tiny(devs, 2000 if quick else 20000)
+        if "ops" in only:
+            ops = bench_ops(devs, 30 if quick else 1000, 3 if quick else 7, args.threads)
+        if "mlp" in only:
+            mlp = bench_mlp(devs, 3 if quick else 20, 3 if quick else 7, args.threads, notes)
+        if "jit" in only:
+            jit = bench_jit(devs, 3 if quick else 20, 3 if quick else 7, args.threads, notes, torch=_torch(args.threads))
+        if "large" in only:
+            large = bench_large("cpu", 1024 * 1024 if quick else 16 * 1024 * 1024)
+        if "matmul" in only:
+            mm = bench_matmul("cpu", 256 if quick else 1024)
     if _torch(args.threads) is None:
         notes.append("torch left out (--no-torch)" if args.no_torch else
                      "torch is not installed (pip install anydevice[bench]): no torch columns")
@@ -490,27 +516,26 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps({"load": {"start": load_start, "end": load_end}, "threads": args.threads, "devices": devs,
                           "notes": notes, "tiny_add_seconds": dict(tiny), "ops": ops, "mlp_step": mlp, "jit_mlp_step": jit,
-                          "add16m_gbs": {"numpy": large[0], "anydevice_cpu": large[1]},
-                          "matmul1024_gflops": {"numpy": mm[0], "anydevice_cpu": mm[1]}}, indent=2))
+                          "add16m_gbs": {"numpy": large[0], "anydevice_cpu": large[1]} if large else {},
+                          "matmul1024_gflops": {"numpy": mm[0], "anydevice_cpu": mm[1]} if mm else {}}, indent=2))
         return 0
     print(f"load average at start: {load_start}   threads: {args.threads}")
-    base = dict(tiny)["numpy add (4 x float32)"]
-    torch_t = dict(tiny).get("torch CPU add")
-    cpu_t = dict(tiny).get("anydevice cpu:0 a + b")
-    print("tiny op (eager add, 4 x float32)")
-    for name, t in tiny:
-        extra = f"   {t / torch_t:5.2f}x torch" if torch_t else ""
-        extra += f"   {t / cpu_t:5.2f}x anydevice cpu" if cpu_t else ""
-        print(f"  {name:<34} {t * 1e6:8.2f} us   {t / base:5.2f}x numpy{extra}")
-    _print_ops(ops)
-    _print_mlp(mlp, args.threads)
-    print_jit(jit)
-    size = "1M" if quick else "16M"
-    print(f"{size}-element float32 add:  numpy {large[0]:6.1f} GB/s   anydevice cpu {large[1]:6.1f} GB/s   "
-          f"ratio {large[1] / large[0]:.2f}")
-    n = 256 if quick else 1024
-    print(f"{n}x{n} float32 matmul: numpy {mm[0]:6.1f} GFLOP/s   anydevice cpu {mm[1]:6.1f} GFLOP/s   "
-          f"ratio {mm[1] / mm[0]:.2f}")
+    if tiny:
+        _print_tiny(tiny)
+    if ops:
+        _print_ops(ops)
+    if mlp:
+        _print_mlp(mlp, args.threads)
+    if jit:
+        print_jit(jit)
+    if large:
+        size = "1M" if quick else "16M"
+        print(f"{size}-element float32 add:  numpy {large[0]:6.1f} GB/s   anydevice cpu {large[1]:6.1f} GB/s   "
+              f"ratio {large[1] / large[0]:.2f}")
+    if mm:
+        n = 256 if quick else 1024
+        print(f"{n}x{n} float32 matmul: numpy {mm[0]:6.1f} GFLOP/s   anydevice cpu {mm[1]:6.1f} GFLOP/s   "
+              f"ratio {mm[1] / mm[0]:.2f}")
     for note in notes:
         print(f"note: {note}")
     print(f"load average at end: {load_end}")
