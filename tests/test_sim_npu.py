@@ -474,11 +474,12 @@ def test_training_loop_matches_cpu():
 
 def test_non_blocking_upload_is_queued_behind_earlier_work():
     slow("npu:0", [0, 0, 0, 0], delay=0.6)
-    host = ad.asarray([1.0, 2.0, 3.0, 4.0])
+    values = [1.125, -2.25, 3.375, -4.5]  # values no earlier test leaves in recycled device memory
+    host = ad.asarray(values)
     t0 = time.perf_counter()
     y = host.to("npu:0", non_blocking=True)
     assert time.perf_counter() - t0 < 0.3, "the copy was queued, not waited for"
-    assert not np.array_equal(raw(y), [1, 2, 3, 4])
-    assert y.tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert not np.array_equal(raw(y), values)
+    assert y.tolist() == values
     z = host.to("npu:1")  # blocking by default: the bytes are there on return
-    assert np.array_equal(raw(z), [1, 2, 3, 4])
+    assert np.array_equal(raw(z), values)

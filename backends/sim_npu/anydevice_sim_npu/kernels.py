@@ -15,8 +15,12 @@ from __future__ import annotations
 import numpy as np
 
 from anydevice.ops.registry import broadcast_shapes, get_op, primitives
-from anydevice.runtime import KernelTable
+from anydevice.runtime import DeviceArray, KernelTable
 from anydevice_cpu.kernels import power
+
+from .streams import HEAVY_BYTES
+
+_new_array = object.__new__  # a DeviceArray without __init__, as the core's allocating path makes them
 
 #: Binary element-wise ops computed with a ufunc written straight into the output (``pow``: the
 #: cpu backend's ``power``, numpy's with integer ** negative integer defined as the registry says).
@@ -31,7 +35,8 @@ UFUNCS = {
 EXTRA = ("matmul",)
 
 
-def register(kernels: KernelTable, missing=()) -> None:
+def register(kernels: KernelTable, views, missing=()) -> None:
+    """Fill ``kernels`` (of one runtime, whose :class:`~anydevice_sim_npu.runtime.ViewCache` is ``views``)."""
     cpu = KernelTable("cpu")
     from anydevice_cpu.kernels import register as cpu_register
 
@@ -44,7 +49,7 @@ def register(kernels: KernelTable, missing=()) -> None:
         if name == "reshape":
             kernels.register(name, _reshape)
         elif name in UFUNCS:
-            kernels.register(name, _binary(op, UFUNCS[name]))
+            kernels.register(name, _binary(op, UFUNCS[name], views))
         else:
             kernels.register(name, _queued(op, cpu.lookup(name, None).fn), out=True)
 
@@ -60,39 +65,66 @@ def _queued(op, fn):
     return kernel
 
 
-def _binary(op, ufunc):
+class Plan:
+    """What a binary element-wise kernel needs that depends only on its operands' shapes and
+    dtypes: the result's shape, dtype and bytes, the modelled seconds, whether the kernel is
+    heavy (moves :data:`~anydevice_sim_npu.streams.HEAVY_BYTES` or more), and the view tables
+    (:class:`~anydevice_sim_npu.runtime.ViewCache`) of the operands and the result."""
+
+    __slots__ = ("a_shape", "b_shape", "a_dtype", "b_dtype", "shape", "dtype", "nbytes", "seconds", "heavy",
+                 "ta", "tb", "to")
+
+    def __init__(self, runtime, name, rule, a, b, views):
+        self.a_shape, self.b_shape, self.a_dtype, self.b_dtype = a.shape, b.shape, a.dtype, b.dtype
+        shape = a.shape if a.shape == b.shape else broadcast_shapes(a.shape, b.shape, opname=name)
+        dtype = rule([a.dtype, b.dtype], {})[1]
+        size = 1
+        for n in shape:
+            size *= n
+        moved = a.nbytes + b.nbytes + size * dtype.itemsize
+        self.shape, self.dtype, self.nbytes = shape, dtype, size * dtype.itemsize or 1
+        self.seconds, self.heavy = runtime.device_time(name, moved, size), moved >= HEAVY_BYTES
+        self.ta, self.tb, self.to = views.tables_for((a.shape, a.dtype), (b.shape, b.dtype), (shape, dtype))
+
+
+def _binary(op, ufunc, views):
     """Returning kernel for a binary element-wise op (broadcasts, picks the result dtype).
 
-    What depends only on the operands' dtypes and shapes -- result shape and dtype, and the
-    modelled device time -- is worked out once per combination and kept in ``plans`` (one
-    table per runtime, since each backend registers its own kernels).
+    Its :class:`Plan` per combination of operand shapes and dtypes is kept in ``plans``, and
+    the last one per shape of ``a`` in ``last`` (one lookup on the hot path); ``views`` empties
+    both whenever it drops its tables. The result comes from the allocator that holds ``a``
+    (the one ``ctx.empty`` would use).
     """
-    name, rule, plans = op.name, op.dtype_rule, {}
+    name, rule, plans, last = op.name, op.dtype_rule, {}, {}
+    views.plans += (plans, last)
+
+    def find(ctx, a, b):
+        key = (a.shape, b.shape, a.dtype, b.dtype)
+        p = plans.get(key)
+        if p is None:
+            if len(plans) >= 4096:
+                plans.clear()
+                last.clear()
+            p = plans[key] = Plan(ctx.runtime, name, rule, a, b, views)
+        last[a.shape] = p
+        return p
 
     def kernel(ctx, a, b):
-        key = (a.dtype, b.dtype, a.shape, b.shape)
-        plan = plans.get(key)
-        if plan is None:
-            plan = plans[key] = _plan(ctx, name, rule, a, b)
-            if len(plans) > 4096:
-                plans.clear()
-        out = ctx.empty(plan[0], plan[1])
-        ctx.runtime.launch_ufunc(ctx.index, ctx.stream, name, ufunc, out, a, b, plan[2])
+        p = last.get(a.shape)
+        if p is None or p.b_shape != b.shape or p.a_dtype is not a.dtype or p.b_dtype is not b.dtype:
+            p = find(ctx, a, b)
+        out = _new_array(DeviceArray)
+        out.block, out.shape, out.dtype, out.offset = a.block.owner.allocate(p.nbytes, ctx.stream), p.shape, p.dtype, 0
+        rt, stream = ctx.runtime, ctx.stream
+        chip = rt.chips[ctx.index]
+        if chip.faults:
+            rt.launch_ufunc(ctx.index, stream, name, ufunc, out, a, b, p)
+        else:
+            (chip.default if stream is None else stream).elementwise(name, ufunc, out, a, b, p)
         return out
 
     kernel.__name__ = f"sim_{name}"
     return kernel
-
-
-def _plan(ctx, name, rule, a, b):
-    """(result shape, result dtype, modelled seconds) of a binary element-wise kernel."""
-    shape = a.shape if a.shape == b.shape else broadcast_shapes(a.shape, b.shape, opname=name)
-    dtype = rule([a.dtype, b.dtype], {})[1]
-    size = 1
-    for n in shape:
-        size *= n
-    nbytes = a.nbytes + b.nbytes + size * dtype.itemsize
-    return shape, dtype, ctx.runtime.device_time(name, nbytes, size)
 
 
 def _reshape(ctx, x, shape, copy=None):

@@ -34,7 +34,7 @@ def anydevice_create_runtime(device_type):
 def anydevice_register_kernels(device_type, runtime, kernels):
     from .kernels import register
 
-    register(kernels, missing=runtime.profile.missing_ops)
+    register(kernels, runtime.views, missing=runtime.profile.missing_ops)
 
 
 @hookimpl

@@ -25,24 +25,85 @@ import numpy as np
 from anydevice.base.errors import DeviceError
 from anydevice.runtime import Runtime
 
-from .streams import Marker, SimEvent, SimStream
+from .streams import HEAVY_BYTES, Marker, SimEvent, SimStream
 
 DIST = "anydevice-sim-npu"
 
 
-#: Most numpy views of device memory a device keeps for its element-wise kernels.
+#: Most numpy views of device memory kept per (shape, dtype), and most (shape, dtype) tables.
 VIEW_CACHE_SIZE = 4096
+VIEW_TABLES = 1024
+
+
+class ViewCache:
+    """Numpy views of device memory for the element-wise kernels: one table per (shape, dtype),
+    keyed by address, shared by the devices of a runtime (their address ranges are disjoint).
+
+    The caching allocator hands the same few chunks out again and again, so element-wise
+    kernels on small tensors mostly find their views here instead of building new ones; a
+    kernel's plan holds the tables of its operands, so finding a view is one lookup by address.
+    Only those kernels use the cache (they never touch a view but through a ufunc). Freeing
+    device memory empties it (:meth:`clear`), so no cached view outlives its memory; since
+    ``clear`` also forgets the plans that hold tables (``plans``), no table escapes it.
+    """
+
+    def __init__(self, mem: dict):
+        self.mem, self.tables, self.plans = mem, {}, []
+
+    def table(self, shape: tuple, dtype) -> dict:
+        t = self.tables.get((shape, dtype))
+        if t is None:
+            if len(self.tables) >= VIEW_TABLES:
+                self.clear()
+            t = self.tables[(shape, dtype)] = {}
+        return t
+
+    def tables_for(self, *keys) -> list:
+        """The tables of several (shape, dtype) keys, all still held by this cache."""
+        if len(self.tables) + len(keys) > VIEW_TABLES:
+            self.clear()
+        return [self.table(*k) for k in keys]
+
+    def make(self, table: dict, arr) -> np.ndarray:
+        """Build, cache in ``table`` and return the view of ``arr`` (a DeviceArray)."""
+        if len(table) >= VIEW_CACHE_SIZE:
+            table.clear()
+        blk = arr.block
+        addr = blk.offset + arr.offset
+        v = table[blk.handle + addr] = np.ndarray(arr.shape, arr.dtype._np or arr.dtype.numpy, self.mem[blk.handle], addr)
+        return v
+
+    def cached(self, table: dict, arr) -> np.ndarray:
+        """The view of ``arr`` from ``table`` (its shape's and dtype's), made on a miss."""
+        blk = arr.block
+        v = table.get(blk.handle + blk.offset + arr.offset)
+        return self.make(table, arr) if v is None else v
+
+    def view(self, arr) -> np.ndarray:
+        t = self.table(arr.shape, arr.dtype)
+        blk = arr.block
+        v = t.get(blk.handle + blk.offset + arr.offset)
+        return self.make(t, arr) if v is None else v
+
+    def clear(self) -> None:
+        for plans in self.plans:
+            plans.clear()
+        self.tables.clear()
+
+    def __len__(self) -> int:
+        return sum(len(t) for t in self.tables.values())
 
 
 class Chip:
     """State of one simulated device."""
 
-    def __init__(self, device_type: str, index: int, profile):
+    def __init__(self, device_type: str, index: int, profile, views: ViewCache):
         self.name, self.index, self.capacity = f"{device_type}:{index}", index, profile.memory
         self.profile = profile
         self.lock = threading.Lock()
         self.store: dict[int, np.ndarray] = {}
-        self.views: dict[tuple, np.ndarray] = {}  # (address, shape, dtype) -> view, see view()
+        self.views = views  # of every device of the type
+        self.view = views.view
         self.used = 0
         self._next = (index + 1) << 48  # each device has its own address range
         self.streams: list[SimStream] = []
@@ -51,25 +112,6 @@ class Chip:
         self.lost = False
         self.faults: dict[str, int] = {}   # kind -> operations left before it fires
         self.trace: list | None = None     # (stream id, name, start, end) of each item run, while tracing
-
-    def view(self, arr) -> np.ndarray:
-        """A numpy view of a DeviceArray's bytes, cached by (address, shape, dtype).
-
-        The caching allocator hands the same few chunks out again and again, so element-wise
-        kernels on small tensors mostly find their views here instead of building new ones.
-        Only those kernels use the cache (they never touch a view but through a ufunc), and
-        freeing device memory empties it, so no cached view outlives its memory.
-        """
-        blk = arr.block
-        key = (blk.handle + blk.offset + arr.offset, arr.shape, arr.dtype)
-        v = self.views.get(key)
-        if v is None:
-            views = self.views
-            if len(views) >= VIEW_CACHE_SIZE:
-                views.clear()
-            v = views[key] = np.ndarray(arr.shape, arr.dtype._np or arr.dtype.numpy, self.store[blk.handle],
-                                        blk.offset + arr.offset)
-        return v
 
     def new_stream(self) -> SimStream:
         s = SimStream(self, len(self.streams))
@@ -108,6 +150,10 @@ class Chip:
             return f[kind] < 0
         return False
 
+    def busy(self, stream) -> bool:
+        """Another stream than ``stream`` has work queued or running."""
+        return any(s.busy() for s in self.streams if s is not stream)
+
     def drain(self) -> None:
         for s in list(self.streams):
             s.wait()
@@ -120,8 +166,9 @@ class SimRuntime(Runtime):
 
     def __init__(self, device_type: str, profile):
         self.type, self.profile = device_type, profile
-        self.chips = [Chip(device_type, i, profile) for i in range(profile.count)]
         self.mem: dict[int, np.ndarray] = {}  # address -> bytes, for every device (addresses are unique)
+        self.views = ViewCache(self.mem)
+        self.chips = [Chip(device_type, i, profile, self.views) for i in range(profile.count)]
 
     # --- required -------------------------------------------------------------------
     def device_count(self) -> int:
@@ -151,7 +198,7 @@ class SimRuntime(Runtime):
             mem = chip.store.pop(handle)
             del self.mem[handle]
             chip.used -= mem.nbytes
-            chip.views.clear()  # no cached view may keep freed memory alive
+            self.views.clear()  # no cached view may keep freed memory alive
 
     def copy_h2d(self, index: int, dst: int, offset: int, src: np.ndarray) -> None:
         chip = self.chips[index]
@@ -222,20 +269,23 @@ class SimRuntime(Runtime):
         chip = self.chips[index]
         if chip.faults and chip.tick("kernel"):
             fn = _injected(chip)
-        (chip.default if stream is None else stream).submit(_Kernel(name, fn, out, inputs, attrs, op, self))
+        k = _Kernel(name, fn, out, inputs, attrs, op, self)
+        (chip.default if stream is None else stream).submit(k, k.nbytes >= HEAVY_BYTES)
 
-    def launch_ufunc(self, index: int, stream, name: str, ufunc, out, a, b, seconds: float) -> None:
-        """Queue ``ufunc(view(a), view(b), view(out))``: the fast path of element-wise kernels.
+    def launch_ufunc(self, index: int, stream, name: str, ufunc, out, a, b, plan) -> None:
+        """``ufunc(view(a), view(b), out=view(out))``: the fast path of element-wise kernels.
 
-        ``seconds`` is the kernel's modelled time (:meth:`device_time`), added to the stream's
-        clock when it runs. The work item is a plain tuple that the stream worker runs inline.
+        ``plan`` (a :class:`~anydevice_sim_npu.kernels.Plan`) is what depends only on the operands'
+        shapes and dtypes: the modelled seconds, whether the kernel is heavy, and the view tables
+        of ``a``, ``b`` and ``out``. The stream runs a light one at once when it has nothing else
+        to do, else queues it as a plain tuple.
         """
         chip = self.chips[index]
+        s = chip.default if stream is None else stream
         if chip.faults and chip.tick("kernel"):
-            item = _Kernel(name, _injected(chip), out, (a, b), None, None, self)
+            s.submit(_Kernel(name, _injected(chip), out, (a, b), None, None, self))
         else:
-            item = (name, ufunc, out, a, b, seconds)
-        (chip.default if stream is None else stream).submit(item)
+            s.elementwise(name, ufunc, out, a, b, plan)
 
     def view(self, arr) -> np.ndarray:
         """A numpy view of a DeviceArray's bytes (used by kernels on the stream worker)."""
@@ -366,10 +416,13 @@ class SimRuntime(Runtime):
 
 
 class _Kernel:
-    __slots__ = ("name", "fn", "out", "inputs", "attrs", "op", "rt")
+    """A queued out=True kernel; its modelled time is worked out at launch (``nbytes``, ``seconds``)."""
+
+    __slots__ = ("name", "fn", "out", "inputs", "attrs", "nbytes", "seconds", "rt")
 
     def __init__(self, name, fn, out, inputs, attrs, op, rt):
-        self.name, self.fn, self.out, self.inputs, self.attrs, self.op, self.rt = name, fn, out, inputs, attrs, op, rt
+        self.name, self.fn, self.out, self.inputs, self.attrs, self.rt = name, fn, out, inputs, attrs, rt
+        self.nbytes, self.seconds = _cost(rt, name, op, out, inputs, attrs)
 
     def __call__(self, stream):
         view, inputs = self.rt.view, self.inputs
@@ -382,21 +435,23 @@ class _Kernel:
                 if np.shape(re) != oe.shape:
                     raise ValueError(f"kernel {self.name} produced shape {np.shape(re)}, expected {oe.shape}")
                 np.copyto(oe, re, casting="unsafe")
-        stream.clock += self.cost()
+        stream.clock += self.seconds
 
-    def cost(self) -> float:
-        outs = self.out if type(self.out) is tuple else (self.out,)
-        nbytes, shapes = sum(b.nbytes for b in outs), []
-        for x in self.inputs:
-            if type(x) is list:
-                nbytes += sum(a.nbytes for a in x)
-                shapes.append([a.shape for a in x])
-            else:
-                nbytes += x.nbytes
-                shapes.append(x.shape)
-        fl = getattr(self.op, "flops", None)
-        flops = fl(shapes, self.attrs or {}) if fl is not None else sum(b.size for b in outs)
-        return self.rt.device_time(self.name, nbytes, flops)
+
+def _cost(rt, name, op, out, inputs, attrs):
+    """(bytes moved, modelled seconds) of one kernel: its inputs and outputs, and the op's flops."""
+    outs = out if type(out) is tuple else (out,)
+    nbytes, shapes = sum(b.nbytes for b in outs), []
+    for x in inputs:
+        if type(x) is list:
+            nbytes += sum(a.nbytes for a in x)
+            shapes.append([a.shape for a in x])
+        else:
+            nbytes += x.nbytes
+            shapes.append(x.shape)
+    fl = getattr(op, "flops", None)
+    flops = fl(shapes, attrs or {}) if fl is not None else sum(b.size for b in outs)
+    return nbytes, rt.device_time(name, nbytes, flops)
 
 
 class _Copy:

@@ -103,13 +103,21 @@ class CachingAllocator:
         lock = self._lock
         lock.acquire()  # acquire/release, not `with`: this is the hot path of every device op
         try:
-            if self._pending:
+            pending = self._pending
+            # An eager program mostly frees a chunk and asks for one of the same size: the chunk
+            # freed last is taken back as it is (it never stopped counting as allocated).
+            chunk = pending.pop() if pending else None
+            if chunk is not None and (chunk.size != size or chunk.seg.stream is not stream):
+                pending.append(chunk)
+                chunk = None
+            if pending:
                 self._drain()
-            quick = self._quick.get((stream, size)) if size <= QUICK_LIMIT else None
-            chunk = quick.pop() if quick else self._take(size, nbytes, stream)
-            self.allocated += chunk.size
-            if self.allocated > self.peak_allocated:
-                self.peak_allocated = self.allocated
+            if chunk is None:
+                quick = self._quick.get((stream, size)) if size <= QUICK_LIMIT else None
+                chunk = quick.pop() if quick else self._take(size, nbytes, stream)
+                self.allocated += chunk.size
+                if self.allocated > self.peak_allocated:
+                    self.peak_allocated = self.allocated
             self.num_allocs += 1
         finally:
             lock.release()
@@ -241,17 +249,15 @@ class CachingAllocator:
         )
 
     def _drain(self):
-        pending = self._pending
-        while pending:
+        pending, quick = self._pending, self._quick
+        while pending:  # one freed chunk per op on the hot path: kept free of calls
             chunk = pending.popleft()
-            self._free_chunk(chunk)
-
-    def _free_chunk(self, chunk):
-        self.allocated -= chunk.size
-        if chunk.size <= QUICK_LIMIT:
-            self._quick[(chunk.seg.stream, chunk.size)].append(chunk)
-        else:
-            self._merge_free(chunk)
+            size = chunk.size
+            self.allocated -= size
+            if size <= QUICK_LIMIT:
+                quick[(chunk.seg.stream, size)].append(chunk)
+            else:
+                self._merge_free(chunk)
 
     def _merge_free(self, chunk):
         seg = chunk.seg
