@@ -205,3 +205,15 @@ def test_large_strided_slices_and_broadcasts():
     np.testing.assert_array_equal((x + on(b)).numpy(), a + b)  # broadcast: a strided add
     v = RNG.standard_normal(20_000).astype(np.float32)
     np.testing.assert_array_equal(on(v)[1::7].numpy(), v[1::7])
+
+
+# --- launches: scalar arguments as bytes, only changed ones set ----------------------------------
+def test_scalar_arguments_of_every_type_reach_the_kernel():
+    for _ in range(3):  # the same kernel object with changing ints, numpy floats and int codes
+        for start, step, n in ((0.5, 0.25, 9), (-3.0, 1.5, 17), (2.0, -0.125, 33)):
+            np.testing.assert_array_equal(ad.arange(start, start + step * n, step, device="opencl").numpy(),
+                                          np.arange(start, start + step * n, step))
+        for n in (5, 4099, 300):
+            a = RNG.standard_normal(n).astype(np.float32)
+            np.testing.assert_array_equal((on(a) * 3.0).numpy(), a * np.float32(3.0))
+            np.testing.assert_array_equal(ad.arange(n, device="opencl").numpy(), np.arange(n))

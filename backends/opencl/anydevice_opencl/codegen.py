@@ -662,6 +662,7 @@ def _philox(name: str) -> str:
 
 
 # --- generic kernels: one per signature, the op (or reduction kind) as an argument -------------
+@functools.cache
 def ewg_ops(ins: tuple, out: str) -> tuple:
     """The ops a generic element-wise kernel of signature ``ins -> out`` serves; an op's code is
     its index here. Unary signatures include ``copy`` (a cast, or a strided copy)."""
