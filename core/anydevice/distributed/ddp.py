@@ -172,6 +172,8 @@ class DistributedDataParallel:
                 "under no_sync()")
         self._ready.add(id(p))
         self._bucket_of[id(p)].ready += 1
+        for b in self._buckets[:self._launched]:   # let MPI progress the reductions already started
+            b.work.is_completed()
         while self._launched < len(self._buckets) and \
                 self._buckets[self._launched].ready == len(self._buckets[self._launched].params):
             self._launch(self._buckets[self._launched])
