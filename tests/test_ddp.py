@@ -161,6 +161,9 @@ def test_mlp_under_ddp_equals_single_process_training_on_the_global_batch(nproc,
     got = _job(nproc, device, "mlp", digits_batches, tmp_path)
     losses, params = _reference("mlp", device if device == "cpu" else f"{device}:0", digits_batches)
     assert int(got["buckets"]) > 1                                   # several buckets, so several all_reduces
+    n_params = len(params)
+    assert got["ready_at_launch"][0] < n_params                      # the first started during backward
+    assert list(got["ready_at_launch"]) == sorted(got["ready_at_launch"])
     np.testing.assert_allclose(got["losses"], losses, rtol=1e-5, atol=2e-6)
     assert losses[-1] < losses[0] - 0.5                              # it trained
     for name, p in params.items():
@@ -231,3 +234,23 @@ def test_post_accumulate_grad_hook():
         (w * 2).register_post_accumulate_grad_hook(print)
     with pytest.raises(TypeError, match="hook must be callable"):
         w.register_post_accumulate_grad_hook(3)
+
+
+def test_gradients_are_ready_from_the_last_layer_to_the_first():
+    """Each leaf's hook runs right after its last use in backward(), so buckets (last layers first) can start
+    while the earlier layers' gradients are still being computed."""
+    ad.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    order = []
+    for name, p in net.named_parameters():
+        p.register_post_accumulate_grad_hook(lambda t, name=name: order.append(name))
+    net(ad.ones((3, 4))).sum().backward()
+    assert order == ["4.bias", "4.weight", "2.bias", "2.weight", "0.bias", "0.weight"]
+
+
+def test_buckets_hold_parameters_in_reverse_order_up_to_the_cap():
+    from anydevice.distributed.ddp import _buckets
+
+    ps = [ad.zeros((256,)), ad.zeros((256,)), ad.zeros((512,)), ad.zeros((10,), dtype=ad.float64)]
+    got = [[next(i for i, q in enumerate(ps) if q is p) for p in b.params] for b in _buckets(ps, 2048)]
+    assert got == [[3], [2], [1, 0]]                    # a dtype change and the 2 KiB cap start new buckets

@@ -80,10 +80,13 @@ def main(mode: str, out: str, data: str) -> None:
     result = {}
     if mode in ("mlp", "cnn"):
         net = dist.DistributedDataParallel(model(mode, device), bucket_cap_mb=0.05)
+        ready_at_launch = []                      # how many gradients were ready when each bucket started
+        launch = net._launch
+        net._launch = lambda b: (ready_at_launch.append(len(net._ready)), launch(b))
         shape = (64,) if mode == "mlp" else (1, 8, 8)
         losses = train(net, load(data, shape), device, rank, world, lr=3e-3 if mode == "mlp" else 2e-3)
         result = {"losses": _global_mean(losses, device), "buckets": np.array(len(net._buckets)),
-                  **params(net.module)}
+                  "ready_at_launch": np.array(ready_at_launch[-len(net._buckets):]), **params(net.module)}
     elif mode == "no_sync":
         result = _no_sync(rank, world, device, load(data, (64,))[0])
     elif mode == "unused":
