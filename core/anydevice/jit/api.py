@@ -45,7 +45,8 @@ def eager():
 class Variant:
     """One traced graph: its executor, how to feed its inputs and where its results go."""
 
-    __slots__ = ("graph", "run", "feeds", "spec", "statics", "counters", "n_out", "n_wb", "trace_s", "compile_s")
+    __slots__ = ("graph", "run", "feeds", "spec", "statics", "counters", "n_out", "n_wb", "trace_s", "compile_s",
+                 "guard", "roots")
 
     def __init__(self, graph, run, feeds, spec, statics, counters, trace_s, compile_s):
         self.graph, self.run, self.feeds, self.spec, self.statics = graph, run, feeds, spec, statics
@@ -128,15 +129,19 @@ class CompiledFunction:
             return self.fn(*args, **kwargs)  # inside an outer trace: its ops are the outer graph's
         flat: list = []
         _state.flatten((args, kwargs), flat)
-        roots = [x for x in flat if not isinstance(x, Tensor) and type(x) not in _PLAIN] + _state.roots_of(self.fn)
-        pre = _state.walk(roots)
         mode = _autocast.current()
         amp = None if mode is None else (mode.device_type, mode.dtype)
-        key = (_signature(flat, _ag.is_grad_enabled(), amp), pre.key_tuple(self._counter_keys))
-        v = self._variants.get(key)
-        if v is not None:
-            self._variants.move_to_end(key)
-            return self._replay(v, args, kwargs, flat, pre)
+        sig = _signature(flat, _ag.is_grad_enabled(), amp)
+        for key in reversed(self._variants):  # most recently used first; a guard is a flat list of checks
+            v = self._variants[key]
+            if key[0] == sig and _state.holds(v.guard):
+                self._variants.move_to_end(key)
+                return self._replay(v, args, kwargs, flat)
+        roots_guard: list = []
+        roots = ([x for x in flat if not isinstance(x, Tensor) and type(x) not in _PLAIN]
+                 + _state.roots_of(self.fn, roots_guard))
+        pre = _state.walk(roots, guard=roots_guard)
+        key = (sig, pre.key_tuple(self._counter_keys))
         if len(self._variants) >= self.max_variants:
             if not self._warned:
                 self._warned = True
@@ -178,6 +183,8 @@ class CompiledFunction:
         self.stats["nodes"] = len(g.nodes)
         feeds = _feeds(g, tr)
         v = Variant(g, run, feeds, spec, statics, [ref for _, ref in counters], t1 - t0, t2 - t1)
+        v.guard = pre.guard_without(self._counter_keys)
+        v.roots = roots
         key = (key[0], pre.key_tuple(self._counter_keys)) if counters else key
         self._variants[key] = v
         self.last_graph = g
@@ -222,7 +229,7 @@ class CompiledFunction:
         with _ag.no_grad(), _no_autocast():
             return v.run(bufs)
 
-    def _replay(self, v, args, kwargs, flat, pre):
+    def _replay(self, v, args, kwargs, flat):
         g = v.graph
         offsets = []
         try:

@@ -161,10 +161,12 @@ def tensor_meta(t: Tensor) -> tuple:
     return (t.shape, t.dtype, t.device, n is not None, leaf_grad)
 
 
-def roots_of(fn) -> list:
+def roots_of(fn, guard=None) -> list:
     """The objects ``fn`` can reach: bound ``self``, closure cells, the globals its code names
-    (functions among them followed one level further)."""
+    (functions among them followed one level further). ``guard`` receives checks that the same
+    globals and cells still hold the same objects."""
     out, seen = [], set()
+    guard = [] if guard is None else guard
 
     def from_function(f, depth):
         if id(f) in seen:
@@ -183,11 +185,15 @@ def roots_of(fn) -> list:
                 v = cell.cell_contents
             except ValueError:
                 continue
+            guard.append(("c", cell, None, v, None))
             _take(v, depth)
         g = f.__globals__
         for name in _names(f.__code__):
             if name in g:
-                _take(g[name], depth)
+                v = g[name]
+                if not isinstance(v, types.ModuleType):
+                    guard.append(("g", g, name, v, None))
+                _take(v, depth)
 
     def _take(v, depth):
         if isinstance(v, types.FunctionType) or isinstance(v, types.MethodType):
@@ -209,33 +215,67 @@ def _names(code) -> set:
 
 
 class Walk:
-    """Tensor slots and the digest of everything reachable from some roots."""
+    """Tensor slots and the digest of everything reachable from some roots, and the *guard*: the
+    same facts as a flat list of checks, ``(kind, container, key, expected, slot key)``, that
+    :func:`holds` evaluates without walking again."""
 
-    __slots__ = ("slots", "digest", "scalars")
+    __slots__ = ("slots", "digest", "scalars", "guard")
 
     def __init__(self):
         self.slots: dict = {}    # (id(container), key id) -> (ref, tensor)
         self.digest: list = []   # (slot key, what) in visiting order
         self.scalars: dict = {}  # slot key -> (ref, value) for plain Python values
+        self.guard: list = []
 
     def key_tuple(self, skip=frozenset()) -> tuple:
         return tuple(e for e in self.digest if e[0] not in skip)
 
+    def guard_without(self, skip) -> list:
+        return [e for e in self.guard if e[4] not in skip]
 
-def walk(roots, skip_ids=frozenset()) -> Walk:
+
+def holds(guard) -> bool:
+    """Whether the state a guard describes is still there: same objects in the same places, the
+    same container sizes, tensor metadata and plain values."""
+    for kind, c, k, exp, _ in guard:
+        if kind == "n":
+            if len(c) != exp:
+                return False
+            continue
+        try:
+            v = c.cell_contents if kind == "c" else c[k]
+        except (KeyError, IndexError, ValueError):
+            return False
+        if kind == "t":
+            if not isinstance(v, Tensor) or tensor_meta(v) != exp:
+                return False
+        elif kind == "v":
+            if type(v) is not type(exp) or (v != exp and not (v != v and exp != exp)):
+                return False
+        elif v is not exp:
+            return False
+    return True
+
+
+def walk(roots, skip_ids=frozenset(), guard=()) -> Walk:
     w = Walk()
+    w.guard.extend(guard)
     seen = set(skip_ids)
     budget = [MAX_OBJECTS]
 
-    def leaf(key, ref, v, depth):
+    def leaf(key, ref, v, depth, c, k):
         tv = type(v)
         if tv is Tensor or isinstance(v, Tensor):
             w.slots[key] = (ref, v)
-            w.digest.append((key, tensor_meta(v)))
+            meta = tensor_meta(v)
+            w.digest.append((key, meta))
+            w.guard.append(("t", c, k, meta, key))
         elif tv in _PLAIN:
             w.scalars[key] = (ref, v)
             w.digest.append((key, v))
+            w.guard.append(("v", c, k, v, key))
         elif depth < 8:
+            w.guard.append(("o", c, k, v, key))
             visit(v, depth + 1)
 
     def visit(obj, depth):
@@ -246,12 +286,14 @@ def walk(roots, skip_ids=frozenset()) -> Walk:
         t = type(obj)
         if t is dict or isinstance(obj, dict):
             w.digest.append(((id(obj), None), len(obj)))
+            w.guard.append(("n", obj, None, len(obj), (id(obj), None)))
             for k, v in list(obj.items())[:MAX_ITEMS]:
-                leaf((id(obj), id(k) if isinstance(k, Tensor) else k), ItemRef(obj, k), v, depth)
+                leaf((id(obj), id(k) if isinstance(k, Tensor) else k), ItemRef(obj, k), v, depth, obj, k)
         elif t is list or t is tuple:
             w.digest.append(((id(obj), None), len(obj)))
+            w.guard.append(("n", obj, None, len(obj), (id(obj), None)))
             for k, v in enumerate(obj[:MAX_ITEMS]):
-                leaf((id(obj), k), ItemRef(obj, k), v, depth)
+                leaf((id(obj), k), ItemRef(obj, k), v, depth, obj, k)
         elif isinstance(obj, (types.FunctionType, types.MethodType, types.GeneratorType)):
             return
         else:
@@ -259,8 +301,9 @@ def walk(roots, skip_ids=frozenset()) -> Walk:
             if type(d) is not dict:
                 return
             w.digest.append(((id(obj), None), type(obj)))
+            w.guard.append(("n", d, None, len(d), (id(obj), None)))
             for k, v in list(d.items())[:MAX_ITEMS]:
-                leaf((id(obj), k), AttrRef(obj, k), v, depth)
+                leaf((id(obj), k), AttrRef(obj, k), v, depth, d, k)
 
     for r in roots:
         visit(r, 0)
