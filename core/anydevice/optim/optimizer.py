@@ -148,13 +148,11 @@ class Optimizer:
 
     def _step_one(self, p: Tensor, g: Tensor, st: dict, group: dict, options: dict, used: tuple) -> None:
         dev = p.device
-        for k, v in st.items():
-            if isinstance(v, Tensor) and v.device is not dev:
-                st[k] = v.to(dev)
         step = st["step"]
-        if not isinstance(step, Tensor):  # an int from an older state
-            step = _step_tensor(step, p)
-        low = p.dtype in _LOW
+        if type(step) is not Tensor or step.device is not dev:  # moved with its parameter, or an older state's int
+            step = self._follow(p, st)
+        dt = p.dtype
+        low = dt is _dt.float16 or dt is _dt.bfloat16
         if low:
             w = self._master(p, st)
             g = g.astype(_dt.float32)
@@ -162,24 +160,38 @@ class Optimizer:
             if "master_param" in st:
                 del st["master_param"]
             w = p
-        states = [st.get(n) if u else self._placeholder(w) for n, u in zip(self._states, used)]
-        for i, (n, x) in enumerate(zip(self._states, states)):
+        states = []
+        for n, u in zip(self._states, used):
+            x = st.get(n) if u else self._placeholder(w)
             if x is None:
-                states[i] = st[n] = self._initial(n, w, group)
+                x = st[n] = self._initial(n, w, group)
+            states.append(x)
         out = self._op(w, g, *states, step, **options)
-        w = out[0]
-        for n, u, x in zip(self._states, used, out[1:-1]):
+        for n, u, x in zip(self._states, used, out[1:]):
             if u:
                 st[n] = x
         st["step"] = out[-1]
+        w = out[0]
         if low:
             st["master_param"] = w
-            w = w.astype(p.dtype)
+            w = w.astype(dt)
             self._written[p] = w._buf
         p._rebind(w)
 
+    @staticmethod
+    def _follow(p: Tensor, st: dict) -> Tensor:
+        """Move ``p``'s state to ``p``'s device (all of it moves together) and make its step count
+        a tensor; returns the step."""
+        dev = p.device
+        for k, v in st.items():
+            if isinstance(v, Tensor) and v.device is not dev:
+                st[k] = v.to(dev)
+        if not isinstance(st["step"], Tensor):
+            st["step"] = _step_tensor(st["step"], p)
+        return st["step"]
+
     def _placeholder(self, w: Tensor) -> Tensor:
-        key = (w.device, w.dtype)
+        key = (id(w.device), id(w.dtype))  # devices and dtypes live as long as the process
         t = self._unused.get(key)
         if t is None:
             t = self._unused[key] = _api.zeros((), dtype=w.dtype, device=w.device)
