@@ -66,3 +66,16 @@ def test_too_few_devices_is_skipped_and_bad_counts_refused(capsys):
     assert "expected a number of processes >= 2, got '1'" in capsys.readouterr().err
     with pytest.raises(ValueError, match="distributed must be a number of processes >= 2"):
         check.run(["cpu"], quick=True, distributed=1)
+
+
+@needs_mpi
+def test_a_rank_whose_device_is_lost_fails_its_type_naming_the_stage(monkeypatch):
+    monkeypatch.setenv("ANYDEVICE_SIM_FAULTS", "npu:1:lost:after=30")   # npu:1 disappears in the all_reduce stage
+    out = stage.run(["npu"], 2, 3.0, {"npu": 8})
+    jsonschema.validate(out, check.SCHEMA["properties"]["distributed"])
+    entry = out["types"]["npu"]
+    assert entry["status"] == "failed"
+    assert entry["detail"].startswith("the 2-process job failed (exit status 1) in stage all_reduce")
+    assert "npu:1 (anydevice-sim-npu) is lost (injected fault)" in entry["detail"]
+    assert [(s["name"], s["status"]) for s in entry["stages"]] == [("init", "passed"), ("barrier", "passed"),
+                                                                    ("all_reduce", "running")]
