@@ -211,9 +211,11 @@ def test_unused_parameters(digits_batches, tmp_path):
     np.testing.assert_array_equal(got["unused_grad"], np.zeros((2, 4)))
     assert "did not finish reducing gradients" in str(got["error"]) and "unused.weight, unused.bias" in str(got["error"])
     assert "find_unused_parameters=True" in str(got["error"])
+    assert "device_ids=[7] does not name the device the parameters are on (npu:0)" in str(got["device_ids_error"])
+    assert str(got["alias"]) == "DistributedDataParallel"
 
 
-def test_single_process_ddp_is_the_module_and_bad_arguments(monkeypatch):
+def test_bad_module_and_bucket_size():
     with pytest.raises(TypeError, match="module must be an anydevice.nn.Module"):
         dist.DistributedDataParallel(object())
     with pytest.raises(ValueError, match="bucket_cap_mb must be a positive number"):

@@ -134,6 +134,13 @@ def _unused(rank, world, device) -> dict:
     net(x).sum().backward()
     res = {"used_grad": net.module.used.weight.grad.numpy(),
            "unused_grad": net.module.unused.weight.grad.numpy()}
+    try:
+        dist.DistributedDataParallel(_TwoHeads().to(device), device_ids=[7])
+        res["device_ids_error"] = np.array("")
+    except ValueError as e:
+        res["device_ids_error"] = np.array(str(e))
+    alias = dist.DataParallel(_TwoHeads().to(device), device_ids=[device])
+    res["alias"] = np.array(repr(alias).split("(")[0])
     strict = dist.DistributedDataParallel(_TwoHeads().to(device))
     strict(x).sum().backward()
     try:
