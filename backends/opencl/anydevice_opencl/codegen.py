@@ -9,7 +9,7 @@ A kernel is named by a *spec*, a small tuple whose first item says what it is:
 - ``("red", kind, in, out, L)``: a reduction with work-groups of ``L``; kinds ``"any"`` (sum,
   prod, max, min) and ``"arg"`` (argmax, argmin) are generic: the kind is an argument;
 - ``("vred", kind, dtype, "rows" | "cols")``: a vectorized sum, prod, max or min (in = out dtype);
-- ``("mm", dtype, "tiled" | "rows" | "simple" | "packed")``: matmul (``"pack"``: B into column panels
+- ``("mm", dtype, "tiled" | "simple" | "packed")``: matmul (``"pack"``: B into column panels
   for ``"packed"``); ``("take", dtype, idx)``;
   ``("arange", dtype, via)``; ``("philox", "uint8")`` (the random bits, compiled in a program of its own).
 
@@ -553,44 +553,28 @@ def _matmul(name: str, dt: str) -> str:
             "    barrier(CLK_LOCAL_MEM_FENCE);\n  }\n" + stores + "\n}\n")
 
 
-def _matmul_rows(name: str, dt: str) -> str:
-    """The fast path for M and N multiples of 8: work-item (x, y) computes rows ``8y..8y+7`` and
-    columns ``8x..8x+7`` with ``vload8`` rows of B and no local memory (CPU caches serve the reuse);
-    ~10x the tiled kernel on PoCL. Global size (ceil(N/64)*8, ceil(M/64)*8, batch), groups of 8×8."""
-    T = CTYPES[dt].storage
-    acc = "\n".join(f"  {T}8 acc{i} = 0;" for i in range(8))
-    body = "\n".join(f"    acc{i} += a[ab + (r0 + {i}) * K + k] * bk;" for i in range(8))
-    st = "\n".join(f"  vstore8(acc{i}, 0, c + cb + (r0 + {i}) * N + c0);" for i in range(8))
-    return (f"__kernel __attribute__((reqd_work_group_size(8, 8, 1)))\n"
-            f"void {name}(__global {T}* c, long c_o, __global const {T}* a, long a_o,\n"
-            f"       __global const {T}* b, long b_o, long M, long N, long K, long sa, long sb) {{\n"
-            "  long c0 = get_global_id(0) * 8, r0 = get_global_id(1) * 8, z = get_global_id(2);\n"
-            "  if (c0 >= N || r0 >= M) return;\n"
-            "  long ab = a_o + z * sa, bb = b_o + z * sb, cb = c_o + z * M * N;\n"
-            f"{acc}\n  for (long k = 0; k < K; k++) {{\n    {T}8 bk = vload8(0, b + bb + k * N + c0);\n{body}\n  }}\n"
-            f"{st}\n}}\n")
-
-
-
 #: float32 matmul blocking (:func:`_matmul_packed`): a work-item computes MM_ROWS rows × MM_COLS
 #: columns of C (MM_COLS / 16 float16 accumulators per row); work-groups of MM_GROUP along the rows
 MM_ROWS, MM_COLS, MM_GROUP = 8, 32, 16
-MM_PACK_ROWS = 64  # rows of B one work-item of the packing kernel copies
+MM_PACK_GROUP = 64  # work-group size (rows of B) of the packing kernel
 
 
 def _matmul_pack(name: str, dt: str) -> str:
     """B (K×N, batch stride ``sb``) into panels of MM_COLS columns, ``bp[z][p][k][j] = B[k, p*W + j]``
     (0 beyond N), so the matmul reads each panel contiguously instead of one page per k.
-    Global size (MM_COLS, ceil(K / MM_PACK_ROWS), panels), groups of (MM_COLS, 1, 1): a work-item
-    copies column j of MM_PACK_ROWS rows of every batch (few work-groups: PoCL pays per group)."""
+    Work-item (k, p) copies row k of panel p of every batch with 16-wide loads and stores;
+    global size (ceil(K / MM_PACK_GROUP) * MM_PACK_GROUP, panels), groups of (MM_PACK_GROUP, 1)."""
     T, W = CTYPES[dt].storage, MM_COLS
+    full = " ".join(f"vstore16(vload16(0, s + {16 * j}), 0, d + {16 * j});" for j in range(W // 16))
     return (f"__kernel void {name}(__global {T}* bp, long bp_o, __global const {T}* b, long b_o,\n"
             "       long N, long K, long sb, long nb) {\n"
-            "  long j = get_global_id(0), p = get_global_id(2), col = p * W + j;\n".replace("W", str(W))
-            + f"  long k0 = get_global_id(1) * {MM_PACK_ROWS}, k1 = min(K, k0 + {MM_PACK_ROWS}), total = get_global_size(2) * K * {W};\n"
-            "  for (long z = 0; z < nb; z++)\n"
-            "    for (long k = k0; k < k1; k++)\n"
-            f"      bp[bp_o + z * total + (p * K + k) * {W} + j] = col < N ? b[b_o + z * sb + k * N + col] : ({T})0;\n}}\n")
+            f"  long k = get_global_id(0), p = get_global_id(1), c0 = p * {W}; if (k >= K) return;\n"
+            f"  long total = get_global_size(1) * K * {W};\n"
+            "  for (long z = 0; z < nb; z++) {\n"
+            f"    __global const {T}* s = b + b_o + z * sb + k * N + c0;\n"
+            f"    __global {T}* d = bp + bp_o + z * total + (p * K + k) * {W};\n"
+            f"    if (c0 + {W} <= N) {{ {full} }}\n"
+            f"    else for (long j = 0; j < {W}; j++) d[j] = c0 + j < N ? s[j] : ({T})0;\n  }}\n}}\n")
 
 
 def _matmul_packed(name: str, dt: str) -> str:
@@ -747,7 +731,7 @@ def kernel_source(spec: tuple) -> str:
     if kind == "vred":
         return _vreduction(n, *spec[1:])
     if kind == "mm":
-        return {"rows": _matmul_rows, "simple": _matmul_simple, "tiled": _matmul, "pack": _matmul_pack,
+        return {"simple": _matmul_simple, "tiled": _matmul, "pack": _matmul_pack,
                 "packed": _matmul_packed}[spec[2]](n, spec[1])
     if kind == "take":
         return _take(n, *spec[1:3])
@@ -827,8 +811,8 @@ def family(dt: str, fp64: bool) -> frozenset:
         specs += [("red", k, dt, "int64", L) for k in REDUCTIONS[4:] for L in REDUCE_LOCAL]
     if dt != "bool":
         specs.append(("mm", dt, "tiled"))
-    if dt == "float32":  # (double8 trips PoCL's x86 ABI handling without AVX-512)
-        specs += [("mm", dt, "rows"), ("mm", dt, "pack"), ("mm", dt, "packed")]
+    if dt == "float32":  # (float64 stays tiled: double8/16 trip PoCL's x86 ABI handling without AVX-512)
+        specs += [("mm", dt, "pack"), ("mm", dt, "packed")]
     return frozenset(specs + _take_arange(dt, fp64))
 
 

@@ -34,7 +34,6 @@ _DTYPES = {d: _dt.dtype(d) for d in codegen.CTYPES}
 SPECIALIZE_ELEMENTS = 4096  # work (elements; m*n*k for matmul) from which a launch is specialized at once
 SPECIALIZE_LAUNCHES = 32  # generic launches of one specialized spec before it is compiled
 _generic_runs: dict = {}  # specialized spec -> launches that ran a generic kernel instead
-PACKED_WORK = 1 << 18  # m*n*k from which float32 matmul packs B and runs the blocked kernel
 _CODES = [np.int32(i) for i in range(64)]  # op/kind codes of generic kernels (shared objects: no re-set)
 
 
@@ -366,7 +365,8 @@ def _matmul_packed(ctx, out, a, sa, b, sb, m, n, k, batch) -> None:
     w, panels = codegen.MM_COLS, -(-n // codegen.MM_COLS)
     total, nb = panels * k * w, batch if sb else 1
     bp = ctx.empty((nb * total,), _DTYPES["float32"])
-    _launch(ctx, ("mm", "float32", "pack"), (w, -(-k // codegen.MM_PACK_ROWS), panels), (w, 1, 1),
+    lk = codegen.MM_PACK_GROUP
+    _launch(ctx, ("mm", "float32", "pack"), (-(-k // lk) * lk, panels), (lk, 1),
             [bp.handle, _off(bp), b.handle, _off(b), n, k, sb, nb])
     g, blocks = codegen.MM_GROUP, -(-m // codegen.MM_ROWS)
     rows = -(-blocks // g) * g
@@ -375,10 +375,9 @@ def _matmul_packed(ctx, out, a, sa, b, sb, m, n, k, batch) -> None:
 
 
 def matmul(ctx, out, a, b) -> None:
-    """Small or rarely repeated: :func:`codegen._matmul_simple`; else float32 from
-    :data:`PACKED_WORK`: :func:`codegen._matmul_packed`; smaller float32 with M and N multiples
-    of 8: :func:`codegen._matmul_rows`; any other shape or dtype: the register-blocked tiled
-    kernel (:func:`codegen._matmul`)."""
+    """Small or rarely repeated: :func:`codegen._matmul_simple`; else float32:
+    :func:`codegen._matmul_packed`; any other dtype: the register-blocked tiled kernel
+    (:func:`codegen._matmul`)."""
     ash = (1,) + tuple(a.shape) if len(a.shape) == 1 else tuple(a.shape)
     bsh = tuple(b.shape) + (1,) if len(b.shape) == 1 else tuple(b.shape)
     m, k, n = ash[-2], ash[-1], bsh[-1]
@@ -395,9 +394,12 @@ def matmul(ctx, out, a, b) -> None:
     b, sb = _operand(ctx, b, (k, n), batch)
     args = [out.handle, _off(out), a.handle, _off(a), b.handle, _off(b), m, n, k, sa, sb]
     dt = a.dtype.name
-    fast = "rows" if dt == "float32" and m % 8 == 0 and n % 8 == 0 else "tiled"
+    fast = "packed" if dt == "float32" and cap >= codegen.MM_PACK_GROUP else "tiled"
     if cap >= 64 and not _specialize(("mm", dt, fast), m * n * k * _prod(batch)):
         _launch(ctx, ("mm", dt, "simple"), (-(-n // 8) * 8, -(-m // 8) * 8, _prod(batch)), (8, 8, 1), args)
+        return
+    if fast == "packed":
+        _matmul_packed(ctx, out, a, sa, b, sb, m, n, k, _prod(batch))
         return
     if 2128 * a.dtype.itemsize > ctx.runtime.devices[ctx.index].local_mem_size:  # the tiles (complex128: 34 KiB)
         _launch(ctx, ("mm", dt, "simple"), (-(-n // 8) * 8, -(-m // 8) * 8, _prod(batch)), (8, 8, 1), args)
@@ -405,12 +407,6 @@ def matmul(ctx, out, a, b) -> None:
     if cap < 256:
         raise RuntimeError(f"matmul on {ctx.device} needs work-groups of 256 (the device allows {cap}); "
                            "run it on the cpu or another OpenCL device")
-    if dt == "float32" and m * n * k >= PACKED_WORK:
-        _matmul_packed(ctx, out, a, sa, b, sb, m, n, k, _prod(batch))
-        return
-    if fast == "rows":
-        _launch(ctx, ("mm", dt, "rows"), (-(-n // 64) * 8, -(-m // 64) * 8, _prod(batch)), (8, 8, 1), args)
-        return
     t = codegen.TILE
     gsize = (-(-n // t) * 16, -(-m // t) * 16, _prod(batch))
     _launch(ctx, ("mm", dt, "tiled"), gsize, (16, 16, 1), args)
