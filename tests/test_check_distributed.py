@@ -79,3 +79,13 @@ def test_a_rank_whose_device_is_lost_fails_its_type_naming_the_stage(monkeypatch
     assert "npu:1 (anydevice-sim-npu) is lost (injected fault)" in entry["detail"]
     assert [(s["name"], s["status"]) for s in entry["stages"]] == [("init", "passed"), ("barrier", "passed"),
                                                                     ("all_reduce", "running")]
+
+
+def test_without_mpi_every_type_fails_saying_why(monkeypatch):
+    import shutil
+
+    monkeypatch.setattr(shutil, "which", lambda *a, **k: None)         # no mpiexec anywhere
+    out = stage.run(["cpu", "npu"], 2, 5.0, {"npu": 8})
+    for entry in out["types"].values():
+        assert entry["status"] == "failed" and "unusable here" in entry["detail"]
+        assert "pip install 'anydevice[mpi]'" in entry["detail"]

@@ -72,12 +72,16 @@ def run(types: list, nproc: int, timeout: float, counts: dict) -> dict:
     """Run the stages with ``nproc`` ranks on each of ``types``; ``counts`` is ``{type: device count}``."""
     t0 = time.perf_counter()
     entries = {}
+    mpi = backends()[0]
     for ty in types:
         have = counts.get(ty, 0)
-        if ty != "cpu" and have < nproc:
+        if not mpi["available"]:
+            entries[ty] = _entry(ty, FAILED, f"processes are started and joined through MPI, which is unusable "
+                                             f"here: {mpi['detail']}", 0.0)
+        elif ty != "cpu" and have < nproc:
             entries[ty] = _entry(ty, SKIPPED, f"needs {nproc} {ty} devices, {have} visible", 0.0)
-            continue
-        entries[ty] = _job(ty, nproc, timeout)
+        else:
+            entries[ty] = _job(ty, nproc, timeout)
     return {"world_size": nproc, "timeout": timeout, "types": entries,
             "seconds": round(time.perf_counter() - t0, 3)}
 
