@@ -162,3 +162,22 @@ def test_bad_input_names_the_collective_and_the_argument(tmp_path):
             assert cases["cross_rank_shape"][0] == "DistributedError"
             assert f"world rank {other} called all_reduce() on float32[{2 + other}] where world rank {me} called " \
                    f"all_reduce() on float32[{2 + me}]" in cases["cross_rank_shape"][1]
+
+
+def test_the_collectives_hook_contract_with_fake_plugins(tmp_path):
+    p, reports = mpirun(2, "contract.py", tmp_path)
+    assert sorted(reports) == [0, 1], p.stdout + p.stderr
+    for r, rep in reports.items():
+        # the plugin's communicator ran the float32 all_reduce (bootstrap: group rank and size) ...
+        assert rep["sum"] == [3.0, 6.0] and rep["calls"] == [["all_reduce", "sum", r, 2]]
+        # ... and declined float64, which the core staged over MPI, counted and warned once
+        assert rep["float64"] == [1.0, 2.0] and rep["counts"] == {"all_reduce/fake": 1}
+        assert rep["warnings"] == ["all_reduce() on fake was declined by its communicator 'fakeccl' for these tensors"]
+        assert rep["hook_raises"] == ["DistributedError", "all_reduce(): plugin broken-ccl-plugin: "
+                                      "anydevice_collectives('broken') raised RuntimeError: no interconnect driver"]
+        assert rep["factory_raises"] == ["DistributedError", "all_reduce(): plugin broken-ccl-plugin: the communicator "
+                                         "factory of anydevice_collectives('broken') raised OSError: link down"]
+        assert rep["wrong_name"] == ["DistributedError", "init_process_group(): backend 'nccl' was asked for, but "
+                                     "device type 'fake' provides 'fakeccl' (plugin fake-ccl-plugin); use backend=None "
+                                     "or 'mpi'"]
+        assert rep["backend"] == "fakeccl"
