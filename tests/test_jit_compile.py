@@ -379,3 +379,18 @@ def test_opencl_fuses_nodes_with_python_scalar_inputs():
     for r in (run, planned):
         for buf, v, w in zip(r([x._buf, k._buf]), g.outputs, want):
             np.testing.assert_array_equal(ad.engine.tensor._wrap(buf, v.shape, v.dtype, v.device).numpy(), w)
+
+
+def test_the_profiler_sees_every_planned_kernel_of_a_replay_on_cpu():
+    x, b, s = _inputs("cpu")
+    f = ad.jit.compile(_chain_fn)
+    f(x, b, s)
+    want = [_np(t) for t in f(x, b, s)]
+    with profiler.profile() as prof:
+        got = [_np(t) for t in f(x, b, s)]
+    run = partition.build(f.last_graph)
+    rows = [r for r in prof.rows() if r.path == "compiled"]
+    assert sum(r.count for r in rows) == run.stats["native"] == len(run.graph.nodes)
+    assert {r.op for r in rows} >= {"exp", "where", "sum"}
+    for g_, w_ in zip(got, want):  # the interpreted replay computes what the generated one does
+        np.testing.assert_array_equal(g_, w_)
