@@ -29,6 +29,9 @@ class CollectiveFallbackWarning(UserWarning):
     """A collective on a device type ran through host memory over MPI, not the plugin's communicator."""
 
 
+CollectiveFallbackWarning.__module__ = "anydevice.distributed"
+
+
 def fallback_counts() -> dict:
     """``{(collective, device_type): count}`` of collectives staged through the host in this process."""
     with _lock:

@@ -24,6 +24,9 @@ class DistributedTimeoutError(DistributedError):
     """A collective did not complete within its group's timeout."""
 
 
+DistributedError.__module__ = DistributedTimeoutError.__module__ = "anydevice.distributed"  # where users meet them
+
+
 def poll(test, deadline: float) -> bool:
     """Call ``test()`` until it is true (True) or the deadline passed (False): in a tight loop for the
     first 100 us, then sleeping between tests (20 us, growing to 0.5 ms) so that peers sharing the
