@@ -351,3 +351,24 @@ def test_autocast_and_gradscaler_inf_flag(digits):
     assert sa.get_scale() == sb.get_scale() == 512.0 and sa._growth_tracker == sb._growth_tracker == 1
     assert fn.stats["flag_fallbacks"] == 1 and fn.stats["replays"] >= 2
     assert any("__init__" in what for _, _, what in fn.graphs[0].flags)  # GradScaler's test, in amp
+
+
+@pytest.mark.parametrize("dev", ["cpu", "npu:0"])
+def test_conformance_compile_mode(dev, monkeypatch):
+    """``anydevice conformance --compile``: samples traced, the replay compared with the oracle."""
+    from anydevice_conformance import runner, suite
+
+    made = []
+    real = jit.compile
+
+    def spy(fn, **kw):
+        made.append(real(fn, **kw))
+        return made[-1]
+
+    monkeypatch.setattr(jit, "compile", spy)
+    report = suite.run(devices=[dev], ops=["add", "matmul", "sum", "take", "cross_entropy", "where", "concat"],
+                       dtypes=["float32", "int64"], compile=True)
+    assert report.ok, [c.message for c in report.failures()][:3]
+    assert report.selection["compile"] is True and runner.COMPILE[0] is False
+    traced = [f for f in made if f.stats["traces"]]  # (error-parity samples raise while tracing)
+    assert len(traced) > 20 and all(f.stats["replays"] == 1 for f in traced)  # one trace, then one replay

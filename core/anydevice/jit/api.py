@@ -239,7 +239,7 @@ class CompiledFunction:
         except Exception as e:  # a kernel refused what a value check would have (an index out of range)
             failed = e
         if failed is not None:  # nothing was written back: undo the draws, run the call as eager does
-            for gen, off in offsets:
+            for gen, off in reversed(offsets):
                 gen.set_state(_gen_state(gen, off))
             self.stats["flag_fallbacks"] += 1
             result = self.fn(*args, **kwargs)
@@ -249,7 +249,7 @@ class CompiledFunction:
             return result
         if self.check:
             self.stats["checks"] += 1
-            for gen, off in offsets:
+            for gen, off in reversed(offsets):
                 gen.set_state(_gen_state(gen, off))
             expected = self.fn(*args, **kwargs)
             _check.compare(self.name, v, out, expected, flat)
