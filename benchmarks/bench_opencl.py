@@ -40,9 +40,10 @@ def sync_ad():
     synchronize(DEV)
 
 
-def interleaved(fns: dict, calls: int, rounds: int) -> dict:
+def interleaved(fns: dict, calls: int, rounds: int, clock=time.perf_counter) -> dict:
     """Per-call seconds of each ``fns[name] = (fn, sync)`` in every round (``calls`` calls, then
-    ``sync()``), the contenders taking turns within a round: ``{name: [seconds per round]}``."""
+    ``sync()``), the contenders taking turns within a round: ``{name: [seconds per round]}``;
+    ``clock=time.thread_time`` counts the calling thread's CPU time instead of wall time."""
     for fn, sync in fns.values():  # warm-up: kernels built, plans and buffers cached
         fn()
         sync()
@@ -50,11 +51,11 @@ def interleaved(fns: dict, calls: int, rounds: int) -> dict:
     for _ in range(rounds):
         for k, (fn, sync) in fns.items():
             sync()
-            t = time.perf_counter()
+            t = clock()
             for _ in range(calls):
                 fn()
             sync()
-            out[k].append((time.perf_counter() - t) / calls)
+            out[k].append((clock() - t) / calls)
     return out
 
 
@@ -128,10 +129,13 @@ def bench_launch(calls: int, rounds: int) -> None:
     add.set_scalar_arg_dtypes([None, None, None, np.int64])
     d = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=a)
     out = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, a.nbytes)
-    t = interleaved({"anydevice": (lambda: x + x, sync_ad),
-                     "raw": (lambda: add(q, (16,), None, d, d, out, 16), q.finish)}, calls, rounds)
+    fns = {"anydevice": (lambda: x + x, sync_ad), "raw": (lambda: add(q, (16,), None, d, d, out, 16), q.finish)}
+    t = interleaved(fns, calls, rounds)
+    c = interleaved(fns, calls, rounds, clock=time.thread_time)
     print(f"launch overhead (16-element add): anydevice {med(t['anydevice']) * 1e6:5.1f} µs/op   raw pyopencl "
           f"{med(t['raw']) * 1e6:5.1f} µs/op   anydevice/raw time {ratio(t, 'anydevice', 'raw')}")
+    print(f"    host thread CPU per op: anydevice {med(c['anydevice']) * 1e6:5.1f} µs   raw {med(c['raw']) * 1e6:5.1f} µs"
+          f"   anydevice/raw {ratio(c, 'anydevice', 'raw')}")
 
 
 def bench_mlp(steps: int, rounds: int) -> None:

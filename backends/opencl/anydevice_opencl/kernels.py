@@ -216,24 +216,25 @@ def _materialize(ctx, a, shape, strides, off):
 
 # --- element-wise ------------------------------------------------------------------------------
 def _elementwise_kernel(op: str):
-    plans: dict = {}  # (device index, input dtypes, approximate) -> [spec, result DType, local size, Launcher]
+    # (device index, first and last input dtypes, approximate) -> [spec, result DType, local size,
+    # Launcher, elements per work-item]; the op's signature fixes the other inputs' dtypes
+    plans: dict = {}
 
     def plan(ctx, xs, approximate):
-        key = (ctx.index,) + tuple(x.dtype for x in xs) + (approximate,)
-        p = plans.get(key)
-        if p is None:
-            name = "gelu_tanh" if op == "gelu" and approximate == "tanh" else op
-            out_dt = codegen.ew_signature(op, xs[-1].dtype.name)[1]
-            spec = ("ew", name, tuple(x.dtype.name for x in xs), out_dt, "c" * len(xs))
-            local = min(LOCAL, ctx.runtime.devices[ctx.index].max_work_group_size)
-            p = plans[key] = [spec, _DTYPES[out_dt], local, None, codegen.ew_width(spec)]
+        name = "gelu_tanh" if op == "gelu" and approximate == "tanh" else op
+        out_dt = codegen.ew_signature(op, xs[-1].dtype.name)[1]
+        spec = ("ew", name, tuple(x.dtype.name for x in xs), out_dt, "c" * len(xs))
+        local = min(LOCAL, ctx.runtime.devices[ctx.index].max_work_group_size)
+        p = plans[(ctx.index, xs[0].dtype, xs[-1].dtype, approximate)] = [spec, _DTYPES[out_dt], local, None,
+                                                                           codegen.ew_width(spec)]
         return p
 
     def kernel(ctx, *xs, approximate="none"):
-        p = plan(ctx, xs, approximate)
+        x0 = xs[0]
+        p = plans.get((ctx.index, x0.dtype, xs[-1].dtype, approximate)) or plan(ctx, xs, approximate)
         spec, out_dt, local, run, width = p
-        shape = xs[0].shape
-        if all(x.shape == shape for x in xs):  # fast path: contiguous operands of one shape
+        shape = x0.shape
+        if len(xs) == 1 or all(x.shape == shape for x in xs):  # fast path: contiguous operands of one shape
             out = ctx.empty(shape, out_dt)
             n = out.size
             if n:
@@ -246,7 +247,8 @@ def _elementwise_kernel(op: str):
                 for x in xs:
                     args += [x.handle, _off(x)]
                 args.append(n)
-                run(ctx.runtime.queue(ctx.index, ctx.stream), (_items(n, width, local),), (local,), args)
+                q = ctx.stream if ctx.stream is not None else ctx.runtime.queues[ctx.index]
+                run(q, (_items(n, width, local),), (local,), args)
             return out
         shape = _broadcast_shape([x.shape for x in xs])
         out = ctx.empty(shape, out_dt)
