@@ -118,23 +118,28 @@ def _step_ref(step):
     return np.asarray(step) + 1.0
 
 
-def _bias_correction(xp, b, t):
-    """``1 - b**t`` on the device from the step tensor ``t`` (``b`` a Python float in [0, 1)).
+def _pow_minus_one(xp, b, t):
+    """``b**t - 1`` (minus the bias correction ``1 - b**t``) on the device from the step tensor
+    ``t`` (``b`` a Python float in [0, 1)); a Python float for ``b = 0``.
 
-    Not ``1 - exp(t * log b)``: with ``b`` near 1 that cancels (float32 ``1 - 0.999**1`` is off by
-    1e-5 relative). Kahan's form ``(1 - u) * x / log(u)`` with ``u = exp(x)``, ``x = t * log b``
-    is accurate to a few ulps with plain exp and log (devices without a native expm1 decompose
-    it into a dozen ops); ``x`` is kept above -80 so ``u`` stays a normal number (``b**t`` is
-    then below 2e-35 and the correction is 1 to float32 precision)."""
+    The decompositions use only primitives that devices run on their fast paths (multiply, add,
+    divide by tensors or Python scalars; exp, log) and fold signs into the scalars, so no
+    ``subtract`` (a composite) appears. Where ``1 - b >= 0.1`` the plain ``exp(t log b) - 1`` is
+    accurate to 6e-7; closer to 1 it cancels (float32 ``1 - 0.999**1`` would be off by 1e-5), so
+    Kahan's form ``(u - 1) * x / log(u)``, ``u = exp(x)``, ``x = t log b`` is used, accurate to a few
+    ulps without expm1 (which devices without it decompose into a dozen ops); ``x`` stays above
+    -80 so ``u`` is a normal number (``b**t`` is then below 2e-35: the correction is 1)."""
     if b == 0.0:
-        return 1.0
+        return -1.0
     lb = math.log(b)
+    if b <= 0.9:
+        return xp.exp(t * lb) + -1.0
     x = xp.maximum(t * lb, -80.0)
     u = xp.exp(x)
-    bc = (1.0 - u) * x / xp.log(u)
-    if abs(lb) < 1e-6:  # u may round to 1 (0 / 0): there 1 - b**t is -x to float32 precision
-        bc = xp.where(u == 1.0, -x, bc)
-    return bc
+    e = (u + -1.0) * (x / xp.log(u))
+    if abs(lb) < 1e-6:  # u may round to 1 (0 / 0): there b**t - 1 is x to float32 precision
+        e = xp.where(u == 1.0, x, e)
+    return e
 
 
 def _as_compute(xp, t, like):
@@ -171,9 +176,10 @@ def _adam_dec(xp, p, g, m, v, vmax, step, *, lr, beta1, beta2, eps, weight_decay
     v = beta2 * v + (1.0 - beta2) * (g * g)
     if amsgrad:
         vmax = xp.maximum(vmax, v)
-    bc2 = _bias_correction(xp, beta2, tc)
-    denom = xp.sqrt(vmax if amsgrad else v) / (xp.sqrt(bc2) if not isinstance(bc2, float) else 1.0) + eps
-    return p - (lr / _bias_correction(xp, beta1, tc)) * m / denom, m, v, vmax, t
+    e2 = _pow_minus_one(xp, beta2, tc)
+    denom = xp.sqrt(vmax if amsgrad else v) / (xp.sqrt(e2 * -1.0) if not isinstance(e2, float) else 1.0) + eps
+    # p - (lr / (1 - b1**t)) * m / denom, the sign folded into the step size (negation is exact)
+    return p + (m * (lr / _pow_minus_one(xp, beta1, tc))) / denom, m, v, vmax, t
 
 
 _ADAM_ATTRS = {"lr": _lr(), "beta1": _Unit(0.9), "beta2": _Unit(0.999), "eps": _nonneg(1e-8),
@@ -202,7 +208,7 @@ def _sgd_dec(xp, p, g, buf, step, *, lr, momentum, dampening, weight_decay, nest
         damp = 1.0 - dampening
         buf = xp.where(step == 0.0, g, momentum * buf + (damp * g if damp != 1.0 else g))  # the first step: g
         g = g + momentum * buf if nesterov else buf
-    return p - lr * g, buf, step + 1.0
+    return p + g * -lr, buf, step + 1.0
 
 
 _SGD_ATTRS = {"lr": _lr(), "momentum": _nonneg(), "dampening": _nonneg(), "weight_decay": _nonneg(),
@@ -231,11 +237,11 @@ def _rmsprop_dec(xp, p, g, s, a, buf, step, *, lr, alpha, eps, weight_decay, mom
     avg = s
     if centered:
         a = alpha * a + (1.0 - alpha) * g
-        avg = s - a * a
+        avg = s + (a * a) * -1.0
     upd = g / (xp.sqrt(avg) + eps)
     if momentum:
         buf = upd = momentum * buf + upd
-    return p - lr * upd, s, a, buf, step + 1.0
+    return p + upd * -lr, s, a, buf, step + 1.0
 
 
 _RMSPROP_ATTRS = {"lr": _lr(), "alpha": _Unit(0.99), "eps": _nonneg(1e-8), "weight_decay": _nonneg(),
@@ -258,9 +264,9 @@ def _adagrad_dec(xp, p, g, s, step, *, lr, lr_decay, weight_decay, eps):
     t = step + 1.0
     if weight_decay:
         g = g + weight_decay * p
-    clr = lr / (_as_compute(xp, step, p) * lr_decay + 1.0) if lr_decay else lr
+    nclr = -lr / (_as_compute(xp, step, p) * lr_decay + 1.0) if lr_decay else -lr  # minus the decayed lr
     s = s + g * g
-    return p - clr * g / (xp.sqrt(s) + eps), s, t
+    return p + (g * nclr) / (xp.sqrt(s) + eps), s, t
 
 
 _ADAGRAD_ATTRS = {"lr": Real(1e-2, lo=0.0, open=True), "lr_decay": _nonneg(), "weight_decay": _nonneg(),
