@@ -18,6 +18,7 @@ from anydevice.ops.registry import broadcast_shapes, get_op, primitives
 from anydevice.runtime import DeviceArray, KernelTable
 from anydevice_cpu.kernels import power
 
+from .runtime import kernel_cost
 from .streams import HEAVY_BYTES
 
 _new_array = object.__new__  # a DeviceArray without __init__, as the core's allocating path makes them
@@ -51,18 +52,52 @@ def register(kernels: KernelTable, views, missing=()) -> None:
         elif name in UFUNCS:
             kernels.register(name, _binary(op, UFUNCS[name], views))
         else:
-            kernels.register(name, _queued(op, cpu.lookup(name, None).fn), out=True)
+            kernels.register(name, _queued(op, cpu.lookup(name, None).fn, views), out=True)
 
 
-def _queued(op, fn):
-    """``out=True`` kernel: queue ``out[...] = fn(views of inputs)`` on the current stream."""
-    name = op.name
+def _queued(op, fn, views):
+    """``out=True`` kernel: queue ``out[...] = fn(views of inputs)`` on the current stream.
+
+    The kernel's cost (modelled seconds, heavy) depends only on the shapes and dtypes of its
+    buffers and on its attributes: it is kept in ``costs``, with the view tables of the output
+    and the inputs (emptied with ``views``).
+    """
+    name, costs = op.name, {}
+    views.plans.append(costs)
 
     def kernel(ctx, out, *inputs, **attrs):
-        ctx.runtime.launch(ctx.index, ctx.stream, name, fn, out, inputs, attrs, op)
+        rt = ctx.runtime
+        key = _cost_key(out, inputs, attrs)
+        try:
+            cost = costs.get(key) if key is not None else None
+        except TypeError:  # an unhashable attribute
+            cost = key = None
+        if cost is None:
+            cost = kernel_cost(rt, name, op, out, inputs, attrs)
+            if key is not None:
+                if len(costs) >= 4096:
+                    costs.clear()
+                t = views.tables_for((out.shape, out.dtype), *[(x.shape, x.dtype) for x in inputs])
+                cost = costs[key] = (*cost[:2], (t[0], t[1:]))
+        rt.launch(ctx.index, ctx.stream, name, fn, out, inputs, attrs, op, cost, quick=True)
 
     kernel.__name__ = f"sim_{name}"
     return kernel
+
+
+def _cost_key(out, inputs, attrs):
+    """What a queued kernel's cost depends on; None when that is not worth building (list or
+    multi-output operands). An attribute that is not hashable makes it unusable as a key."""
+    if type(out) is tuple:
+        return None
+    key = [out.shape, out.dtype]
+    for x in inputs:
+        if type(x) is list:
+            return None
+        key += (x.shape, x.dtype)
+    if attrs:
+        key += attrs.items()
+    return tuple(key)
 
 
 class Plan:

@@ -42,7 +42,8 @@ class ViewCache:
     The caching allocator hands the same few chunks out again and again, so element-wise
     kernels on small tensors mostly find their views here instead of building new ones; a
     kernel's plan holds the tables of its operands, so finding a view is one lookup by address.
-    Only those kernels use the cache (they never touch a view but through a ufunc). Freeing
+    Queued kernels take their views from here too (kernels only read their inputs, and only
+    this module writes outputs). Freeing
     device memory empties it (:meth:`clear`), so no cached view outlives its memory; since
     ``clear`` also forgets the plans that hold tables (``plans``), no table escapes it.
     """
@@ -260,17 +261,27 @@ class SimRuntime(Runtime):
         return self.chips[index].store[handle][offset:offset + nbytes].tobytes()
 
     # --- kernels ----------------------------------------------------------------------
-    def launch(self, index: int, stream, name: str, fn, out, inputs, attrs, op=None) -> None:
+    def launch(self, index: int, stream, name: str, fn, out, inputs, attrs, op=None, cost=None,
+               quick: bool = False) -> None:
         """Queue ``out[...] = fn(None, *views(inputs), **attrs)`` on ``stream``; returns at once.
 
         ``out`` and ``inputs`` are DeviceArrays (or lists of them); the queued item keeps
-        them alive until it has run, so their memory cannot be reused under it.
+        them alive until it has run, so their memory cannot be reused under it. ``cost`` is
+        ``(modelled seconds, heavy, view tables)`` when the caller knows it (:func:`kernel_cost`;
+        the tables of the :class:`ViewCache`: ``(output's, (each input's, ...))`` or None). ``quick``
+        says ``fn`` is plain math that takes no longer than its bytes and flops say: then a
+        light one runs at once when the device is idle (:meth:`SimStream.launch`).
         """
         chip = self.chips[index]
+        s = chip.default if stream is None else stream
         if chip.faults and chip.tick("kernel"):
-            fn = _injected(chip)
-        k = _Kernel(name, fn, out, inputs, attrs, op, self)
-        (chip.default if stream is None else stream).submit(k, k.nbytes >= HEAVY_BYTES)
+            fn, quick = _injected(chip), False
+        seconds, heavy, tables = kernel_cost(self, name, op, out, inputs, attrs) if cost is None else cost
+        k = _Kernel(name, fn, out, inputs, attrs, seconds, self, tables)
+        if quick:
+            s.launch(k, heavy)
+        else:
+            s.submit(k, heavy)
 
     def launch_ufunc(self, index: int, stream, name: str, ufunc, out, a, b, plan) -> None:
         """``ufunc(view(a), view(b), out=view(out))``: the fast path of element-wise kernels.
@@ -283,7 +294,7 @@ class SimRuntime(Runtime):
         chip = self.chips[index]
         s = chip.default if stream is None else stream
         if chip.faults and chip.tick("kernel"):
-            s.submit(_Kernel(name, _injected(chip), out, (a, b), None, None, self))
+            s.submit(_Kernel(name, _injected(chip), out, (a, b), None, plan.seconds, self, None))
         else:
             s.elementwise(name, ufunc, out, a, b, plan)
 
@@ -416,30 +427,45 @@ class SimRuntime(Runtime):
 
 
 class _Kernel:
-    """A queued out=True kernel; its modelled time is worked out at launch (``nbytes``, ``seconds``)."""
+    """A queued out=True kernel and its modelled time."""
 
-    __slots__ = ("name", "fn", "out", "inputs", "attrs", "nbytes", "seconds", "rt")
+    __slots__ = ("name", "fn", "out", "inputs", "attrs", "seconds", "rt", "tables")
 
-    def __init__(self, name, fn, out, inputs, attrs, op, rt):
-        self.name, self.fn, self.out, self.inputs, self.attrs, self.rt = name, fn, out, inputs, attrs, rt
-        self.nbytes, self.seconds = _cost(rt, name, op, out, inputs, attrs)
+    def __init__(self, name, fn, out, inputs, attrs, seconds, rt, tables=None):
+        self.name, self.fn, self.out, self.inputs, self.attrs, self.seconds, self.rt, self.tables = (
+            name, fn, out, inputs, attrs, seconds, rt, tables)
 
     def __call__(self, stream):
-        view, inputs = self.rt.view, self.inputs
-        args = [[view(a) for a in x] if type(x) is list else view(x) for x in inputs]
+        views, inputs, tables = self.rt.views, self.inputs, self.tables
         multi = type(self.out) is tuple  # a multi-output op: one buffer per output
-        o = tuple(view(b) for b in self.out) if multi else view(self.out)
+        if tables is not None:  # one DeviceArray output and inputs, with their tables known
+            cached = views.cached
+            o = cached(tables[0], self.out)
+            args = [cached(t, x) for t, x in zip(tables[1], inputs)]
+        else:
+            view = views.view
+            args = [[view(a) for a in x] if type(x) is list else view(x) for x in inputs]
+            o = tuple(view(b) for b in self.out) if multi else view(self.out)
         r = self.fn(None, *args, **self.attrs) if self.attrs else self.fn(None, *args)
         for oe, re in zip(o, r) if multi else ((o, r),):
             if re is not oe:
-                if np.shape(re) != oe.shape:
-                    raise ValueError(f"kernel {self.name} produced shape {np.shape(re)}, expected {oe.shape}")
-                np.copyto(oe, re, casting="unsafe")
+                shape = getattr(re, "shape", None)  # an array or a numpy scalar
+                if shape is None:
+                    shape = np.shape(re)
+                if shape != oe.shape:
+                    raise ValueError(f"kernel {self.name} produced shape {shape}, expected {oe.shape}")
+                oe[...] = re  # assignment casts as np.copyto(casting="unsafe") does
         stream.clock += self.seconds
 
 
-def _cost(rt, name, op, out, inputs, attrs):
-    """(bytes moved, modelled seconds) of one kernel: its inputs and outputs, and the op's flops."""
+#: Kernels doing at least this many flops go to the worker at once, as heavy ones.
+HEAVY_FLOPS = 1 << 20
+
+
+def kernel_cost(rt, name, op, out, inputs, attrs):
+    """(modelled seconds, heavy, None) of one kernel, from the bytes of its inputs and outputs and
+    the op's flops; heavy: at least :data:`~anydevice_sim_npu.streams.HEAVY_BYTES` or :data:`HEAVY_FLOPS`.
+    (None: no view tables; see :meth:`SimRuntime.launch`.)"""
     outs = out if type(out) is tuple else (out,)
     nbytes, shapes = sum(b.nbytes for b in outs), []
     for x in inputs:
@@ -451,7 +477,7 @@ def _cost(rt, name, op, out, inputs, attrs):
             shapes.append(x.shape)
     fl = getattr(op, "flops", None)
     flops = fl(shapes, attrs or {}) if fl is not None else sum(b.size for b in outs)
-    return nbytes, rt.device_time(name, nbytes, flops)
+    return rt.device_time(name, nbytes, flops), nbytes >= HEAVY_BYTES or flops >= HEAVY_FLOPS, None
 
 
 class _Copy:

@@ -101,13 +101,10 @@ class SimStream:
 
     def elementwise(self, name: str, ufunc, out, a, b, plan) -> None:
         """``ufunc(a, b, out=out)`` on DeviceArrays, with ``plan`` a
-        :class:`~anydevice_sim_npu.kernels.Plan`: run at once when it is light and the device is
-        idle (nothing queued on any of its streams, nobody running this one, no error and no
-        trace to keep), else queued. (Work queued on another stream keeps the order in which
-        unsynchronized streams tend to run, as when every kernel is queued.)"""
+        :class:`~anydevice_sim_npu.kernels.Plan`: run at once on this thread when it is light and
+        the device is idle (see :meth:`_claim`), else queued."""
         chip = self.chip
-        if (plan.heavy or self._pending or chip.error is not None or chip.trace is not None or self._quiet is None
-                or len(chip.streams) > 1 and chip.busy(self) or not self._runner.acquire(False)):
+        if plan.heavy or not self._claim():
             self.submit((name, ufunc, out, a, b, plan), plan.heavy)
             return
         try:  # the stream's only runner now, and nothing queued before this is still pending
@@ -129,6 +126,28 @@ class SimStream:
             chip.fail(self, name, e)
         finally:
             self._runner.release()
+
+    def launch(self, item, heavy: bool) -> None:
+        """Run ``item`` (a light kernel of known, quick math) at once when the device is idle, as
+        :meth:`elementwise` does; else queue it."""
+        if heavy or not self._claim():
+            self.submit(item, heavy)
+            return
+        try:
+            self._quiet.run(item, self)
+        except BaseException as e:  # noqa: BLE001 - recorded, raised at the next sync point
+            self.chip.fail(self, item.name, e)
+        finally:
+            self._runner.release()
+
+    def _claim(self) -> bool:
+        """Become this stream's runner if its device is idle (nothing queued on any of its
+        streams, nobody running this one) with no error or trace to keep; the caller releases
+        ``_runner``. (Work queued on another stream is left to run first, as it tends to when
+        every kernel is queued.)"""
+        chip = self.chip
+        return not (self._pending or chip.error is not None or chip.trace is not None or self._quiet is None
+                    or len(chip.streams) > 1 and chip.busy(self)) and self._runner.acquire(False)
 
     def _wake(self) -> None:
         if self._thread is None:
