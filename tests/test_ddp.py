@@ -187,6 +187,36 @@ def test_cnn_under_ddp_follows_single_process_training(nproc, device, digits_bat
 
 
 @needs_mpi
+def test_cnn_with_sync_batchnorm_equals_single_process_training(digits_batches, tmp_path):
+    """SyncBatchNorm normalizes with the global batch's statistics and sends gradients back through
+    them, so the CNN (dropout off: its masks are drawn per rank) trains as one process on the global
+    batch does, within float32 rounding. The convolutions' biases are left out: BatchNorm subtracts
+    their channel mean, so their gradient is zero up to rounding, which Adam turns into steps of
+    about lr in either direction in both runs."""
+    got = _job(2, "npu", "cnn_sync", digits_batches, tmp_path)
+    net = W.model("cnn_sync", "cpu")
+    losses = W.train(net, W.load(digits_batches, (1, 8, 8)), "cpu", lr=2e-3)
+    np.testing.assert_allclose(got["losses"], losses, rtol=1e-5, atol=2e-6)
+    for name, p in W.params(net).items():
+        if name not in ("0.bias", "4.bias"):
+            np.testing.assert_allclose(got[name], p, rtol=1e-5, atol=2e-6, err_msg=name)
+
+
+def test_convert_sync_batchnorm_keeps_weights_and_is_batchnorm_in_one_process():
+    ad.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.Sequential(nn.Flatten(), nn.BatchNorm1d(16)))
+    with ad.no_grad():
+        net[1].weight[...] = ad.asarray([1.0, 2.0, 3.0, 4.0])
+    x = ad.asarray(np.random.default_rng(0).random((5, 1, 4, 4), dtype=np.float32))
+    want = net(x).numpy()
+    sync = dist.SyncBatchNorm.convert_sync_batchnorm(net)
+    assert sync is net and type(net[1]) is dist.SyncBatchNorm and type(net[2][1]) is dist.SyncBatchNorm
+    assert net[1].weight.numpy().tolist() == [1.0, 2.0, 3.0, 4.0] and net[1].weight.requires_grad
+    assert int(net[1].num_batches_tracked.item()) == 1
+    np.testing.assert_allclose(net(x).numpy(), want, rtol=1e-6)   # no process group: plain batch norm
+
+
+@needs_mpi
 def test_no_sync_accumulates_locally_and_the_next_backward_averages_the_sums(digits_batches, tmp_path):
     got = _job(2, "cpu", "no_sync", digits_batches, tmp_path)
     (xb, yb), = W.load(digits_batches, (64,))[:1]

@@ -55,6 +55,7 @@ from .group import (
     new_group,
 )
 from .mpi import is_available
+from .sync_batchnorm import SyncBatchNorm
 
 
 def get_device():
@@ -69,4 +70,5 @@ __all__ = ["ReduceOp", "all_gather", "all_gather_into_tensor", "all_reduce", "al
            "scatter", "send", "CollectiveFallbackWarning", "fallback_counts", "reset_fallback_counts", "OPS",
            "all_reduce_devices", "DistributedError", "DistributedTimeoutError", "ProcessGroup", "Work", "barrier",
            "destroy_process_group", "get_backend", "get_rank", "get_world_size", "init_process_group",
-           "is_initialized", "new_group", "is_available", "get_device", "DistributedDataParallel", "DataParallel"]
+           "is_initialized", "new_group", "is_available", "get_device", "DistributedDataParallel", "DataParallel",
+           "SyncBatchNorm"]
