@@ -159,19 +159,31 @@ def test_host_reads_are_refused_naming_the_line_and_state_is_untouched():
 
     def step(x):
         opt.zero_grad()
-        loss = w(x).sum()
+        loss = (w(x) * ad.random.rand(2, 1)).sum()
         loss.backward()
         opt.step()
         log.append(loss.item())
         return loss
 
-    before = w.weight.numpy()
+    before, offset = w.weight.numpy(), ad.random.default_generator().offset
     f = jit.compile(step)
     with pytest.raises(jit.TraceError, match=rf"test_jit_capture.py:{_line_of(step, 'log.append')}.*log.append"
                                              r".*\.item\(\).*eager"):
         f(ad.ones((2, 3)))
     np.testing.assert_array_equal(w.weight.numpy(), before)  # the refused call changed nothing
-    assert w.weight.grad is None and opt.step_count == 0
+    assert w.weight.grad is None and opt.step_count == 0 and ad.random.default_generator().offset == offset
+
+
+def test_in_place_updates_of_arguments_are_written_back():
+    @jit.compile
+    def fn(x, acc):
+        acc += x * 2  # rebinds acc: a write-back to the caller's tensor
+        return acc.sum()
+
+    acc = ad.zeros(3)
+    for k in range(3):
+        assert fn(ad.ones(3), acc).item() == 6.0 * (k + 1)
+    assert acc.tolist() == [6.0, 6.0, 6.0] and fn.stats["replays"] == 2
 
 
 @pytest.mark.parametrize("read", ["if", "float", "numpy", "tolist"])

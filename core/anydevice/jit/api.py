@@ -19,6 +19,7 @@ from anydevice.jit import check as _check
 from anydevice.jit import passes as _passes
 from anydevice.jit import replay as _replay
 from anydevice.jit import state as _state
+from anydevice.jit.ir import Graph
 
 __all__ = ["compile", "to_static", "eager", "CompiledFunction", "JitWarning"]
 
@@ -155,12 +156,13 @@ class CompiledFunction:
     def _trace(self, key, args, kwargs, flat, roots, pre):
         before = _capture.slot_states(pre, flat)
         t0 = time.perf_counter()
+        tr = _capture.Tracer(Graph(), flat, pre)
         try:
-            tr, result = _capture.run_traced(self.fn, args, kwargs, flat, pre)
+            result = _capture.run_traced(tr, self.fn, args, kwargs)
             post = _state.walk(roots)
             g, spec, statics, change, counters = _capture.finish(tr, self.name, result, flat, pre, before, post)
         except _capture.TraceError:
-            _capture.restore(before, pre, flat)
+            _capture.restore(tr, before, pre, flat)
             raise
         t1 = time.perf_counter()
         self.stats["traces"] += 1

@@ -229,17 +229,17 @@ class _Patches:
 _trace_lock = threading.Lock()
 
 
-def run_traced(fn, args, kwargs, flat_args, pre):
-    """Run ``fn`` once while recording; returns (tracer, result)."""
-    graph = Graph()
-    tr = Tracer(graph, flat_args, pre)
+def run_traced(tr: Tracer, fn, args, kwargs):
+    """Run ``fn`` once while ``tr`` records; returns its result."""
     with _trace_lock, _Patches(tr):
-        result = fn(*args, **kwargs)
-    return tr, result
+        return fn(*args, **kwargs)
 
 
-def restore(before: dict, pre: _state.Walk, flat_args) -> None:
-    """Undo what a failed trace changed in the slots and Python values it reached."""
+def restore(tr: Tracer, before: dict, pre: _state.Walk, flat_args) -> None:
+    """Undo what a refused trace changed: the slots and Python values it reached, the generators
+    it drew from."""
+    for gen, _, off, _ in reversed(tr.draws):
+        gen.set_state(np.array([gen.initial_seed(), off], dtype="<u8").view(np.uint8))
     for ref, t, buf, grad in before.values():
         try:
             if not isinstance(ref, (_state.ArgRef, _state.ObjRef)) and ref.get(flat_args) is not t:
