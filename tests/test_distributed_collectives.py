@@ -85,6 +85,9 @@ def test_vendor_collectives_and_the_counted_fallback_to_mpi(tmp_path):
         [(name, seconds)] = rep["trace"]
         assert name == "simccl.all_reduce"
         assert seconds == pytest.approx(2 * (n - 1) * 8e-6 + 2 * (n - 1) / n * (1 << 20) / 50e9, rel=1e-9)
+        # an async simccl all_reduce returns at once although the kernel producing its input takes 0.5 s:
+        # it starts when the device's stream gets there (a host-staged one would wait for the kernel)
+        assert rep["async_start_s"] < 0.25 and rep["async_total_s"] >= 0.5 and rep["async_value"] == [3.0, 6.0], rep
         # reduce (not simccl's), float16 all_reduce (declined) and xpu (no collectives) go through MPI, counted
         assert rep["counts"] == {"reduce/npu": 2, "all_reduce/npu": 1, "all_reduce/xpu": 3}
         assert rep["warnings"] == ["all_reduce() has no xpu collective",

@@ -4,6 +4,7 @@ Usage: ``mpiexec -n N python backends.py OUT_DIR``; each rank writes ``OUT_DIR/r
 """
 import json
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -11,9 +12,24 @@ import numpy as np
 
 import anydevice as ad
 import anydevice.distributed as dist
-from anydevice.runtime.devices import get_backend
+from anydevice.runtime.devices import as_device, get_backend
 
 out = Path(sys.argv[1])
+
+
+def _slow_tensor(values, delay):
+    """A tensor on npu:0 produced by a kernel that takes ``delay`` seconds (queued, so returns at once)."""
+    from anydevice.engine.tensor import _wrap
+
+    be = get_backend("npu")
+    buf = be.empty(0, values.shape, ad.float32)
+
+    def kernel(ctx):
+        time.sleep(delay)
+        return values
+
+    be.runtime.launch(be.phys(0), be.contexts[0].stream, "slow_kernel", kernel, buf, (), None)
+    return _wrap(buf, values.shape, ad.float32, as_device("npu:0"))
 dist.init_process_group(timeout=20, device_type="npu")
 rank, n = dist.get_rank(), dist.get_world_size()
 rep = {"rank": rank, "backend_npu": dist.get_backend()}
@@ -36,6 +52,14 @@ with warnings.catch_warnings(record=True) as caught:
     rep["all_reduce_ok"] = bool(np.array_equal(t.numpy(), np.arange(1 << 18, dtype=np.float32) * sum(range(1, n + 1))))
     rep["trace"] = [[name, end - start] for _, name, start, end in trace if name.startswith("simccl")]
     rep["after_all_reduce"] = counts()
+    # simccl starts when the device's stream reaches it: the host is not held up by the work queued before
+    slow = _slow_tensor(np.array([1.0, 2.0], np.float32) * (rank + 1), delay=0.5)
+    start = time.monotonic()
+    w = dist.all_reduce(slow, async_op=True)
+    rep["async_start_s"] = time.monotonic() - start
+    w.wait()
+    rep["async_total_s"] = time.monotonic() - start
+    rep["async_value"] = slow.tolist()
     # reduce is not simccl's: staged over MPI, counted; a second call counts again, warns no more
     for _ in range(2):
         t = ad.asarray([1.0, 2.0], device="npu:0")

@@ -56,6 +56,11 @@ class Bootstrap:
         be = self._backend
         return be.empty(be.physical.index(like.index), tuple(shape), dtype)
 
+    def stream(self, like):
+        """The runtime's handle of the current stream on the device of buffer ``like`` (None: the default)."""
+        be = self._backend
+        return be.contexts[be.physical.index(like.index)].stream
+
 
 def host(group) -> HostCommunicator:
     c = group.comms.get(_HOST)
