@@ -107,7 +107,7 @@ class NcclCommunicator:
 
     def __init__(self, cupy, nccl, bootstrap):
         self.cp, self.nccl, self.n, self.rank = cupy, nccl, bootstrap.size, bootstrap.rank
-        self.mpi, self.timeout = bootstrap.comm, bootstrap.timeout
+        self.mpi, self.timeout, self.boot = bootstrap.comm, bootstrap.timeout, bootstrap
         self.comms: dict = {}  # GPU id -> NCCL communicator (NCCL binds one to the GPU current at its creation)
 
     def _comm(self, device_id: int):
@@ -156,11 +156,12 @@ class NcclCommunicator:
         return x.reshape(-1), code, _op(nccl, reduce_op), lambda y, shape: y.reshape(shape)
 
     def _queue(self, x, launch):
-        """Run ``launch(comm, stream_ptr)`` on ``x``'s GPU; a request done when the queued work is."""
+        """Queue ``launch(comm, stream_ptr)`` on the current stream of ``x``'s GPU (anydevice's, else
+        CuPy's); the request is done when the queued work is."""
         cp = self.cp
         comm = self._comm(x.device.id)
         with cp.cuda.Device(x.device.id):
-            stream = cp.cuda.get_current_stream()
+            stream = self.boot.stream(int(x.device.id)) or cp.cuda.get_current_stream()
             launch(comm, stream.ptr)
             event = cp.cuda.Event(block=False, disable_timing=True)
             event.record(stream)

@@ -57,9 +57,10 @@ class Bootstrap:
         return be.empty(be.physical.index(like.index), tuple(shape), dtype)
 
     def stream(self, like):
-        """The runtime's handle of the current stream on the device of buffer ``like`` (None: the default)."""
+        """The runtime's handle of the current stream on the device of buffer ``like`` (or of physical
+        device index ``like``, for runtimes whose buffers are their own arrays); None: the default."""
         be = self._backend
-        return be.contexts[be.physical.index(like.index)].stream
+        return be.contexts[be.physical.index(like if isinstance(like, int) else like.index)].stream
 
 
 def host(group) -> HostCommunicator:

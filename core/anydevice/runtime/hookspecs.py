@@ -190,8 +190,8 @@ def anydevice_collectives(device_type: str, runtime):
         group's processes, private to this communicator: use it to exchange an id, as NCCL's
         unique id, or to move bytes), ``allocate(like, shape, dtype)`` (a new buffer on the
         device of buffer ``like``) and ``stream(like)`` (the runtime's handle of the current stream
-        on that device, None for the default stream: order the collective after the work queued
-        there). The communicator has ``name`` (a string, e.g. ``"nccl"``, what ``get_backend()``
+        on that device, or on physical device ``like`` when it is an int; None for the default
+        stream: order the collective after the work queued there). The communicator has ``name`` (a string, e.g. ``"nccl"``, what ``get_backend()``
         reports), optionally ``destroy()`` (when the group is destroyed) and ``abort()`` (after a
         collective timed out: stop work that may never finish), and any of these methods, each
         starting one collective on device buffers (never modifying its inputs) and returning a
