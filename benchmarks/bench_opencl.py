@@ -141,7 +141,14 @@ def bench_launch(calls: int, rounds: int) -> None:
 def bench_mlp(steps: int, rounds: int) -> None:
     from anydevice.tools.bench import bench_mlp as mlp
 
-    res = mlp(["cpu", "opencl"], steps=steps, rounds=rounds, threads=1)
+    try:  # the cpu backend at one BLAS thread, as torch is measured (PoCL keeps its threads)
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        print("    (threadpoolctl is not installed: numpy's BLAS keeps its default thread count)")
+        res = mlp(["cpu", "opencl"], steps=steps, rounds=rounds, threads=1)
+    else:
+        with threadpool_limits(limits=1):
+            res = mlp(["cpu", "opencl"], steps=steps, rounds=rounds, threads=1)
     cells = [f"{k} {v['median'] * 1e6:7.0f} µs ({v['min'] * 1e6:.0f}–{v['max'] * 1e6:.0f}), loss {v['final_loss']:.5f}"
              for k, v in res.items()]
     cpu, cl_ = res["anydevice cpu"]["median"], res["anydevice opencl"]["median"]
