@@ -384,3 +384,26 @@ def test_conformance_compile_mode(dev, monkeypatch):
     assert report.selection["compile"] is True and runner.COMPILE[0] is False
     traced = [f for f in made if f.stats["traces"]]  # (error-parity samples raise while tracing)
     assert len(traced) > 20 and all(f.stats["replays"] == 1 for f in traced)  # one trace, then one replay
+
+
+def test_compiled_module_for_inference_retraces_on_mode_change():
+    """A Module compiled as it is: eval and train mode are separate graphs (``training`` is part
+    of the guard); in train mode BatchNorm's running statistics are written back like eager's."""
+    def build():
+        ad.manual_seed(0)
+        return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
+                             nn.Linear(4 * 8 * 8, 3))
+
+    eager, m = build(), build()
+    f = jit.compile(m)
+    x = ad.asarray(np.random.default_rng(0).standard_normal((5, 1, 8, 8)).astype(np.float32))
+    with ad.no_grad():
+        for mode in (False, True):
+            eager.train(mode)
+            m.train(mode)
+            for _ in range(3):
+                np.testing.assert_array_equal(f(x).numpy(), eager(x).numpy())
+    assert f.stats["traces"] == 2 and f.stats["replays"] == 4
+    for a, b in zip(eager.buffers(), m.buffers()):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert f.explain().startswith("Sequential: 6 calls, 2 traces, 4 replays")

@@ -86,7 +86,7 @@ class CompiledFunction:
         self.fn, self.backend, self.max_variants = fn, backend, max_variants
         self.check = bool(check) or os.environ.get("ANYDEVICE_JIT_CHECK", "") not in ("", "0")
         self.passes = list(_passes.PASSES) if passes is None else list(passes)
-        self.name = getattr(fn, "__qualname__", None) or repr(fn)
+        self.name = getattr(fn, "__qualname__", None) or type(fn).__name__
         self._variants: collections.OrderedDict = collections.OrderedDict()
         self._counter_keys: set = set()
         self._warned = False
@@ -94,7 +94,7 @@ class CompiledFunction:
         self.last_graph = None
         self.stats = {"calls": 0, "traces": 0, "replays": 0, "eager_calls": 0, "flag_fallbacks": 0,
                       "checks": 0, "trace_s": 0.0, "compile_s": 0.0, "fused_kernels": 0, "nodes": 0}
-        functools.update_wrapper(self, fn)
+        functools.update_wrapper(self, fn, updated=())  # name and docstring; never the wrapped object's __dict__
 
     @property
     def graphs(self) -> list:
