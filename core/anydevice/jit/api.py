@@ -326,8 +326,8 @@ def compile(fn=None, *, check: bool = False, backend: str = "auto", max_variants
     The signature is the argument tensors' shapes, dtypes, devices and ``requires_grad``, the
     Python values among the arguments, the grad mode and the Python state ``fn`` reaches (tensor
     shapes, plain values such as a learning rate or ``module.training``): a new one traces again, up
-    to ``max_variants`` graphs (least recently used first out; beyond that, calls run eagerly
-    with a warning). Python control flow runs once, at trace time; a branch on a tensor's value
+    to ``max_variants`` graphs (looked up most recently used first); calls with yet another
+    signature then run eagerly, with one warning. Python control flow runs once, at trace time; a branch on a tensor's value
     is refused at trace time with the file and line. A whole training step — forward,
     ``backward()``, optimizer step — is one graph: parameter, gradient and optimizer-state updates
     are written back after every replay, and random draws advance their generators as eager does.
