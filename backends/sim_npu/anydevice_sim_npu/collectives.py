@@ -67,9 +67,9 @@ class SimCommunicator:
     def _queue(self, name, buf, out_shape, cost, start):
         """Queue the collective's start on ``buf``'s device, after the work queued before it.
 
-        When the stream reaches it, the input's bytes are taken out of device memory and
-        ``start(a, y)`` starts the MPI collective from ``a`` into the host array ``y``; the host
-        and the stream go on meanwhile (the request's ``test()`` polls MPI).
+        When the stream reaches it (at once when it is idle), the input's bytes are taken out of
+        device memory and ``start(a, y)`` starts the MPI collective from ``a`` into the host array
+        ``y``; the host and the stream go on meanwhile (the request's ``test()`` polls MPI).
         """
         rt = self.rt
         chip = rt.chips[buf.index]
@@ -94,7 +94,10 @@ class SimCommunicator:
                     self.turn += 1
                     self.cond.notify_all()
 
-        stream.submit(Marker(begin))  # a marker runs even when the device failed: the turn must pass
+        if stream.idle():  # nothing queued before it: start now, on this thread
+            begin(stream)
+        else:
+            stream.submit(Marker(begin))  # a marker runs even when the device failed: the turn must pass
         return p
 
     def all_reduce(self, buf, op):
