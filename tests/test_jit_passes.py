@@ -159,3 +159,18 @@ def test_training_step_dump_lists_writebacks():
 def test_unknown_pass_is_an_error():
     with pytest.raises(ValueError, match="unknown pass.*fold_constants"):
         jit.compile(lambda x: x, passes=["inline"])
+
+
+def test_a_view_keeps_its_input_alive_in_the_plan():
+    def fn(x):
+        y = ad.exp(x)
+        t = ad.matrix_transpose(y)  # may be a view of y's storage (numpy)
+        z = ad.sin(ad.cos(x))  # must not take y's slot while t still reads it
+        return (t @ z).sum()
+
+    _, g, _ = _traced(fn, ad.ones((8, 8)))
+    passes.plan_memory(g)
+    slot = {o.id: o.slot for n in g.nodes for o in n.outputs}
+    by_name = {n.op.name: n for n in g.nodes}
+    y = by_name["exp"].outputs[0]
+    assert slot[by_name["cos"].outputs[0].id] != y.slot and slot[by_name["sin"].outputs[0].id] != y.slot

@@ -132,10 +132,16 @@ def fold_constants(g):
     return g
 
 
+#: ops whose kernels may return a view of their input (numpy on cpu does)
+VIEWS = frozenset({"reshape", "permute_dims", "matrix_transpose", "expand_dims", "squeeze", "broadcast_to",
+                   "getitem", "flip", "moveaxis", "swapaxes", "real", "imag", "astype", "unstack", "diagonal"})
+
+
 def plan_memory(g):
     """Assign storage slots: a value whose last use is node k lends its slot to an output of a
     later node (of node k itself for element-wise ops, which may write in place) with the same
-    device, dtype and byte size. Graph inputs, constants and results keep their own buffers
+    device, dtype and byte size; an input of a view-like op (:data:`VIEWS`: its kernel may return
+    a view) lives as long as the view. Graph inputs, constants and results keep their own buffers
     (slot None). ``g.plan`` reports ``planned_bytes`` (all slots), ``unplanned_bytes`` (one buffer
     per intermediate value) and ``eager_peak_bytes`` (intermediates alive at once when each is
     freed after its last use, as reference counting does)."""
@@ -144,6 +150,11 @@ def plan_memory(g):
     for k, n in enumerate(g.nodes):
         for v in n.input_values():
             last[v.id] = k
+    for n in reversed(g.nodes):  # a view's storage is its input's: the input lives as long as the view
+        if n.op.name in VIEWS:
+            end = max((last.get(o.id, -1) for o in n.outputs), default=-1)
+            for v in n.input_values():
+                last[v.id] = max(last.get(v.id, -1), end)
     free: dict = {}       # (device, dtype, nbytes) -> [slot]
     slot_bytes: list = []
     slots: dict = {}
