@@ -18,7 +18,7 @@ from anydevice.ops.registry import broadcast_shapes, get_op, primitives
 from anydevice.runtime import DeviceArray, KernelTable
 from anydevice_cpu.kernels import power
 
-from .runtime import kernel_cost
+from .runtime import compute, kernel_cost
 from .streams import HEAVY_BYTES
 
 _new_array = object.__new__  # a DeviceArray without __init__, as the core's allocating path makes them
@@ -56,7 +56,8 @@ def register(kernels: KernelTable, views, missing=()) -> None:
 
 
 def _queued(op, fn, views):
-    """``out=True`` kernel: queue ``out[...] = fn(views of inputs)`` on the current stream.
+    """``out=True`` kernel: ``out[...] = fn(views of inputs)`` on the current stream, at once when
+    it is light and the device idle (:meth:`~anydevice_sim_npu.streams.SimStream.run_now`), else queued.
 
     The kernel's cost (modelled seconds, heavy) depends only on the shapes and dtypes of its
     buffers and on its attributes: it is kept in ``costs``, with the view tables of the output
@@ -79,7 +80,11 @@ def _queued(op, fn, views):
                     costs.clear()
                 t = views.tables_for((out.shape, out.dtype), *[(x.shape, x.dtype) for x in inputs])
                 cost = costs[key] = (*cost[:2], (t[0], t[1:]))
-        rt.launch(ctx.index, ctx.stream, name, fn, out, inputs, attrs, op, cost, quick=True)
+        chip, stream = rt.chips[ctx.index], ctx.stream
+        if (cost[1] or chip.faults
+                or not (chip.default if stream is None else stream).run_now(name, cost[0], compute, fn, name, out,
+                                                                           inputs, attrs, cost[2], views)):
+            rt.launch(ctx.index, stream, name, fn, out, inputs, attrs, op, cost)  # heavy, or the device is busy
 
     kernel.__name__ = f"sim_{name}"
     return kernel

@@ -261,27 +261,20 @@ class SimRuntime(Runtime):
         return self.chips[index].store[handle][offset:offset + nbytes].tobytes()
 
     # --- kernels ----------------------------------------------------------------------
-    def launch(self, index: int, stream, name: str, fn, out, inputs, attrs, op=None, cost=None,
-               quick: bool = False) -> None:
+    def launch(self, index: int, stream, name: str, fn, out, inputs, attrs, op=None, cost=None) -> None:
         """Queue ``out[...] = fn(None, *views(inputs), **attrs)`` on ``stream``; returns at once.
 
         ``out`` and ``inputs`` are DeviceArrays (or lists of them); the queued item keeps
         them alive until it has run, so their memory cannot be reused under it. ``cost`` is
         ``(modelled seconds, heavy, view tables)`` when the caller knows it (:func:`kernel_cost`;
-        the tables of the :class:`ViewCache`: ``(output's, (each input's, ...))`` or None). ``quick``
-        says ``fn`` is plain math that takes no longer than its bytes and flops say: then a
-        light one runs at once when the device is idle (:meth:`SimStream.launch`).
+        the tables of the :class:`ViewCache`: ``(output's, (each input's, ...))`` or None).
         """
         chip = self.chips[index]
-        s = chip.default if stream is None else stream
         if chip.faults and chip.tick("kernel"):
-            fn, quick = _injected(chip), False
+            fn = _injected(chip)
         seconds, heavy, tables = kernel_cost(self, name, op, out, inputs, attrs) if cost is None else cost
-        k = _Kernel(name, fn, out, inputs, attrs, seconds, self, tables)
-        if quick:
-            s.launch(k, heavy)
-        else:
-            s.submit(k, heavy)
+        (chip.default if stream is None else stream).submit(_Kernel(name, fn, out, inputs, attrs, seconds, self, tables),
+                                                            heavy)
 
     def launch_ufunc(self, index: int, stream, name: str, ufunc, out, a, b, plan) -> None:
         """``ufunc(view(a), view(b), out=view(out))``: the fast path of element-wise kernels.
@@ -436,26 +429,34 @@ class _Kernel:
             name, fn, out, inputs, attrs, seconds, rt, tables)
 
     def __call__(self, stream):
-        views, inputs, tables = self.rt.views, self.inputs, self.tables
-        multi = type(self.out) is tuple  # a multi-output op: one buffer per output
-        if tables is not None:  # one DeviceArray output and inputs, with their tables known
-            cached = views.cached
-            o = cached(tables[0], self.out)
-            args = [cached(t, x) for t, x in zip(tables[1], inputs)]
-        else:
-            view = views.view
-            args = [[view(a) for a in x] if type(x) is list else view(x) for x in inputs]
-            o = tuple(view(b) for b in self.out) if multi else view(self.out)
-        r = self.fn(None, *args, **self.attrs) if self.attrs else self.fn(None, *args)
-        for oe, re in zip(o, r) if multi else ((o, r),):
-            if re is not oe:
-                shape = getattr(re, "shape", None)  # an array or a numpy scalar
-                if shape is None:
-                    shape = np.shape(re)
-                if shape != oe.shape:
-                    raise ValueError(f"kernel {self.name} produced shape {shape}, expected {oe.shape}")
-                oe[...] = re  # assignment casts as np.copyto(casting="unsafe") does
+        compute(self.fn, self.name, self.out, self.inputs, self.attrs, self.tables, self.rt.views)
         stream.clock += self.seconds
+
+
+def compute(fn, name, out, inputs, attrs, tables, views) -> None:
+    """``out[...] = fn(None, *views of inputs, **attrs)``, on whichever thread runs the stream.
+    ``tables`` (see :meth:`SimRuntime.launch`) may be None."""
+    multi = type(out) is tuple  # a multi-output op: one buffer per output
+    if tables is not None:  # one DeviceArray output and inputs, with their tables known
+        table, blk = tables[0], out.block
+        o = table.get(blk.handle + blk.offset + out.offset)
+        if o is None:
+            o = views.make(table, out)
+        cached = views.cached
+        args = [cached(t, x) for t, x in zip(tables[1], inputs)]
+    else:
+        view = views.view
+        args = [[view(a) for a in x] if type(x) is list else view(x) for x in inputs]
+        o = tuple(view(b) for b in out) if multi else view(out)
+    r = fn(None, *args, **attrs) if attrs else fn(None, *args)
+    for oe, re in zip(o, r) if multi else ((o, r),):
+        if re is not oe:
+            shape = getattr(re, "shape", None)  # an array or a numpy scalar
+            if shape is None:
+                shape = np.shape(re)
+            if shape != oe.shape:
+                raise ValueError(f"kernel {name} produced shape {shape}, expected {oe.shape}")
+            oe[...] = re  # assignment casts as np.copyto(casting="unsafe") does
 
 
 #: Kernels doing at least this many flops go to the worker at once, as heavy ones.

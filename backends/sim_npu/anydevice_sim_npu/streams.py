@@ -127,18 +127,20 @@ class SimStream:
         finally:
             self._runner.release()
 
-    def launch(self, item, heavy: bool) -> None:
-        """Run ``item`` (a light kernel of known, quick math) at once when the device is idle, as
-        :meth:`elementwise` does; else queue it."""
-        if heavy or not self._claim():
-            self.submit(item, heavy)
-            return
+    def run_now(self, name: str, seconds: float, fn, *args) -> bool:
+        """``fn(*args)`` (a kernel of known, quick math; ``name`` for errors), at once on this
+        thread with ``seconds`` on the clock, when the device is idle (see :meth:`_claim`); False,
+        with nothing done, when it is not."""
+        if not self._claim():
+            return False
         try:
-            self._quiet.run(item, self)
+            self._quiet.run(fn, *args)  # device math does not warn, like the cpu kernels
+            self.clock += seconds
         except BaseException as e:  # noqa: BLE001 - recorded, raised at the next sync point
-            self.chip.fail(self, item.name, e)
+            self.chip.fail(self, name, e)
         finally:
             self._runner.release()
+        return True
 
     def _claim(self) -> bool:
         """Become this stream's runner if its device is idle (nothing queued on any of its

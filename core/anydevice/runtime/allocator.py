@@ -95,32 +95,43 @@ class CachingAllocator:
         self.allocated = self.reserved = 0
         self.peak_allocated = self.peak_reserved = 0
         self.num_allocs = self.num_segments_taken = self.num_ooms = 0
+        self._reused = itertools.count()  # chunks taken back without the lock: next() is atomic
+        self._reused_seen = 0  # values of _reused that stats() drew to read it
 
     # --- public -----------------------------------------------------------------------
     def allocate(self, nbytes: int, stream=None) -> Block:
         g = self._gran
         size = -(-nbytes // g) * g if nbytes > g else g
-        lock = self._lock
-        lock.acquire()  # acquire/release, not `with`: this is the hot path of every device op
-        try:
-            pending = self._pending
+        pending = self._pending
+        chunk = None
+        if pending:
             # An eager program mostly frees a chunk and asks for one of the same size: the chunk
-            # freed last is taken back as it is (it never stopped counting as allocated).
-            chunk = pending.pop() if pending else None
-            if chunk is not None and (chunk.size != size or chunk.seg.stream is not stream):
-                pending.append(chunk)
-                chunk = None
-            if pending:
-                self._drain()
-            if chunk is None:
+            # freed last is taken back as it is, without the lock (deque.pop is atomic, so one
+            # caller gets it, and it never stopped counting as allocated).
+            try:
+                chunk = pending.pop()
+            except IndexError:  # another thread took it
+                pass
+            else:
+                if chunk.size == size and chunk.seg.stream is stream:
+                    next(self._reused)
+                else:
+                    pending.append(chunk)
+                    chunk = None
+        if chunk is None:
+            lock = self._lock
+            lock.acquire()  # acquire/release, not `with`: this is the hot path of every device op
+            try:
+                if pending:
+                    self._drain()
                 quick = self._quick.get((stream, size)) if size <= QUICK_LIMIT else None
                 chunk = quick.pop() if quick else self._take(size, nbytes, stream)
                 self.allocated += chunk.size
                 if self.allocated > self.peak_allocated:
                     self.peak_allocated = self.allocated
-            self.num_allocs += 1
-        finally:
-            lock.release()
+                self.num_allocs += 1
+            finally:
+                lock.release()
         b = _new_block(_AllocBlock)
         b.handle, b.offset, b.size, b.index, b.stream, b.owner, b.chunk = (
             chunk.seg.handle, chunk.offset, nbytes, self.index, stream, self, chunk)
@@ -152,10 +163,12 @@ class CachingAllocator:
     def stats(self) -> dict:
         with self._lock:
             self._drain()
+            self._reused_seen += 1  # reading the counter draws one value
+            reused = next(self._reused) - self._reused_seen + 1
             return {
                 "allocated": self.allocated, "reserved": self.reserved,
                 "max_allocated": self.peak_allocated, "max_reserved": self.peak_reserved,
-                "segments": len(self._segments), "num_allocs": self.num_allocs, "num_ooms": self.num_ooms,
+                "segments": len(self._segments), "num_allocs": self.num_allocs + reused, "num_ooms": self.num_ooms,
             }
 
     def reset_peak(self) -> None:
