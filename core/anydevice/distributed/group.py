@@ -8,7 +8,9 @@ tensors (a plugin's, see ``anydevice_collectives``, else the host-staged MPI one
 **Timeouts.** Every collective is started non-blocking and polled against the group's deadline;
 a peer that exited or hangs makes the others raise :class:`DistributedTimeoutError` instead of
 waiting forever. To name the peers that did not arrive, each rank posts a small *arrival notice*
-(the collective's sequence number) to its peers when it enters a collective. After a timeout
+to its peers when it enters a collective: the collective's sequence number and what was called
+(collective, dtype, shape, device type and arguments), so ranks that disagree are told which
+call differs instead of getting wrong values (or an MPI error, or a hang). After a timeout
 the group is broken (later collectives on it raise at once) and the process skips
 ``MPI_Finalize`` at exit, which could wait on the hung peer; ``mpiexec`` then ends the job.
 """
@@ -98,14 +100,18 @@ class ProcessGroup:
         self.seen_sig: list = [None] * self.size  # ... and its signature
         self._notices: list = []     # (request, buffer) of notices in flight
         self.broken: str | None = None
+        self.freed = False
 
     def __repr__(self):
         return f"ProcessGroup(ranks={self.ranks}, backend={self.backend or 'default'})"
 
     def check(self, name: str) -> None:
+        if self.freed:
+            raise DistributedError(f"{name}(): the process group (world ranks {self.ranks}) was destroyed; "
+                                   f"use another one or call init_process_group() again")
         if self.comm is None:
-            raise ValueError(f"{name}(): this rank (world rank {_world[0].rank}) is not a member of the group "
-                             f"(world ranks {self.ranks}); only members may call its collectives")
+            raise ValueError(f"{name}(): this rank (world rank {mpi().COMM_WORLD.Get_rank()}) is not a member of the "
+                             f"group (world ranks {self.ranks}); only members may call its collectives")
         if self.broken is not None:
             raise DistributedError(f"{name}(): the process group is broken since an earlier failure ({self.broken}); "
                                    f"destroy it and start the job again")
@@ -186,6 +192,7 @@ class ProcessGroup:
         return self.ranks.index(int(rank))
 
     def free(self) -> None:
+        self.freed = True
         for c in self.comms.values():
             getattr(c, "destroy", lambda: None)()
         self.comms.clear()
