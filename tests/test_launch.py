@@ -137,6 +137,8 @@ def test_host_lists_become_mpiexec_arguments(tmp_path):
     cmd = launch.command(args, "/run")
     assert cmd[cmd.index("-n") + 1] == "6" and cmd[cmd.index("-hosts") + 1] == "a,b,c"
     assert cmd[cmd.index(_rank.DEVICES) + 1] == "npu"
+    args = launch.parser().parse_args(["--nproc-per-node", "2", "t.py", "--timeout", "5", "--devices", "x"])
+    assert (args.timeout, args.devices, args.script_args) == (None, None, ["--timeout", "5", "--devices", "x"])
 
 
 def test_place_from_each_mpi():
