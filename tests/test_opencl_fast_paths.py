@@ -217,3 +217,12 @@ def test_scalar_arguments_of_every_type_reach_the_kernel():
             a = RNG.standard_normal(n).astype(np.float32)
             np.testing.assert_array_equal((on(a) * 3.0).numpy(), a * np.float32(3.0))
             np.testing.assert_array_equal(ad.arange(n, device="opencl").numpy(), np.arange(n))
+
+
+@pytest.mark.parametrize("shapes", [((300, 64), (64, 256)), ((5, 40, 64), (5, 64, 96)), ((2, 40, 64), (64, 32)),
+                                    ((33, 1000), (1000, 64))])
+def test_matmul_reads_small_whole_panel_b_in_place(shapes):
+    a = RNG.standard_normal(shapes[0]).astype(np.float32)
+    b = RNG.standard_normal(shapes[1]).astype(np.float32)
+    assert shapes[1][-1] % 32 == 0 and np.prod(shapes[1][-2:]) * 4 <= kernels.UNPACKED_B_BYTES
+    np.testing.assert_allclose(ad.matmul(on(a), on(b)).numpy(), a @ b, rtol=1e-4, atol=1e-3)

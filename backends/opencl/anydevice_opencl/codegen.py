@@ -578,11 +578,15 @@ def _matmul_pack(name: str, dt: str) -> str:
 
 
 def _matmul_packed(name: str, dt: str) -> str:
-    """``c[z] = a[z] @ b[z]`` from B packed by :func:`_matmul_pack`: work-item (x, y) computes rows
-    ``MM_ROWS*x ..`` and the columns of panel y, as a register-blocked micro-kernel (one broadcast
-    of A per row and k, ``vload16`` of the panel, fused multiply-adds). Consecutive work-items share
-    a panel (it stays in cache); rows past M read row M-1 and store nothing; any shape works.
-    Global size (ceil(ceil(M/MM_ROWS) / MM_GROUP) * MM_GROUP, panels, batch), groups of (MM_GROUP, 1, 1)."""
+    """``c[z] = a[z] @ b[z]`` from B packed by :func:`_matmul_pack` (panel stride ``ps = K*W``, row
+    stride ``ks = W``) or read in place when N is a multiple of W (``ps = W``, ``ks = N``).
+
+    Work-group g computes panel ``g % P`` for the MM_GROUP row blocks of group row ``g / P``: its
+    work-items share the panel, and consecutive groups sweep the panels over the same rows of A
+    (which stay in cache: A is read once, not once per panel). A work-item computes MM_ROWS rows ×
+    MM_COLS columns as a register-blocked micro-kernel (one broadcast of A per row and k,
+    ``vload16`` of the panel, fused multiply-adds); rows past M read row M-1 and store nothing, so
+    any shape works. Global size (group rows * P * MM_GROUP, 1, batch), groups of (MM_GROUP, 1, 1)."""
     T, R, V, W = CTYPES[dt].storage, range(MM_ROWS), range(MM_COLS // 16), MM_COLS
     rows = "\n".join(f"  __global const {T}* a{i} = a + ab + min(r0 + {i}, M - 1) * K;" for i in R)
     acc = "\n".join(f"  {T}16 " + ", ".join(f"c{i}_{j} = 0" for j in V) + ";" for i in R)
@@ -594,12 +598,13 @@ def _matmul_packed(name: str, dt: str) -> str:
     part = "\n".join(f"    if (r0 + {i} < M) {{ " + " ".join(f"vstore16(c{i}_{j}, 0, t + {16 * j});" for j in V)
                       + f" for (long j = 0; j < N - c0; j++) cr[{i} * N + j] = t[j]; }}" for i in R)
     return (f"__kernel void {name}(__global {T}* c, long c_o, __global const {T}* a, long a_o,\n"
-            f"       __global const {T}* bp, long bp_o, long M, long N, long K, long sa, long sb) {{\n"
-            f"  long r0 = get_global_id(0) * {MM_ROWS}, p = get_global_id(1), z = get_global_id(2), c0 = p * {W};\n"
+            f"       __global const {T}* bp, long bp_o, long M, long N, long K, long sa, long sb, long ps, long ks) {{\n"
+            f"  long P = (N + {W - 1}) / {W}, gr = get_group_id(0), p = gr % P, z = get_global_id(2), c0 = p * {W};\n"
+            f"  long r0 = ((gr / P) * {MM_GROUP} + get_local_id(0)) * {MM_ROWS};\n"
             "  if (r0 >= M) return;\n"
-            f"  long ab = a_o + z * sa;\n  __global const {T}* bpan = bp + bp_o + z * sb + p * K * {W};\n"
+            f"  long ab = a_o + z * sa;\n  __global const {T}* bpan = bp + bp_o + z * sb + p * ps;\n"
             f"{rows}\n{acc}\n"
-            f"  for (long k = 0; k < K; k++) {{\n    __global const {T}* bk = bpan + k * {W};\n{body}\n  }}\n"
+            f"  for (long k = 0; k < K; k++) {{\n    __global const {T}* bk = bpan + k * ks;\n{body}\n  }}\n"
             f"  __global {T}* cr = c + c_o + z * M * N + r0 * N + c0;\n"
             f"  if (c0 + {W} <= N) {{\n{full}\n  }} else {{\n    {T} t[{W}];\n{part}\n  }}\n}}\n")
 

@@ -362,18 +362,27 @@ def _operand(ctx, a, shape2, batch):
 
 
 def _matmul_packed(ctx, out, a, sa, b, sb, m, n, k, batch) -> None:
-    """float32 ``out = a @ b`` by :func:`codegen._matmul_packed`, after packing B into column panels
-    (once when its batch is broadcast: ``sb == 0``)."""
+    """float32 ``out = a @ b`` by :func:`codegen._matmul_packed`. B is packed into column panels
+    first (once when its batch is broadcast: ``sb == 0``), except a B of whole panels small enough
+    (:data:`UNPACKED_B_BYTES`) that its rows stay in cache and a few pages: it is read in place."""
     w, panels = codegen.MM_COLS, -(-n // codegen.MM_COLS)
+    g, blocks = codegen.MM_GROUP, -(-m // codegen.MM_ROWS)
+    grid = (-(-blocks // g) * panels * g, 1, batch)
+    head = [out.handle, _off(out), a.handle, _off(a)]
+    if n % w == 0 and k * n * 4 <= UNPACKED_B_BYTES:
+        _launch(ctx, ("mm", "float32", "packed"), grid, (g, 1, 1),
+                head + [b.handle, _off(b), m, n, k, sa, sb, w, n])
+        return
     total, nb = panels * k * w, batch if sb else 1
     bp = ctx.empty((nb * total,), _DTYPES["float32"])
     lk = codegen.MM_PACK_GROUP
     _launch(ctx, ("mm", "float32", "pack"), (-(-k // lk) * lk, panels), (lk, 1),
             [bp.handle, _off(bp), b.handle, _off(b), n, k, sb, nb])
-    g, blocks = codegen.MM_GROUP, -(-m // codegen.MM_ROWS)
-    rows = -(-blocks // g) * g
-    _launch(ctx, ("mm", "float32", "packed"), (rows, panels, batch), (g, 1, 1),
-            [out.handle, _off(out), a.handle, _off(a), bp.handle, _off(bp), m, n, k, sa, total if sb else 0])
+    _launch(ctx, ("mm", "float32", "packed"), grid, (g, 1, 1),
+            head + [bp.handle, _off(bp), m, n, k, sa, total if sb else 0, k * w, w])
+
+
+UNPACKED_B_BYTES = 256 << 10  # float32 matmul reads a B of whole panels up to this size without packing
 
 
 def matmul(ctx, out, a, b) -> None:
