@@ -442,8 +442,8 @@ def compute(fn, name, out, inputs, attrs, tables, views) -> None:
         o = table.get(blk.handle + blk.offset + out.offset)
         if o is None:
             o = views.make(table, out)
-        cached = views.cached
-        args = [cached(t, x) for t, x in zip(tables[1], inputs)]
+        cached, tabs = views.cached, tables[1]
+        args = (cached(tabs[0], inputs[0]),) if len(inputs) == 1 else [cached(t, x) for t, x in zip(tabs, inputs)]
     else:
         view = views.view
         args = [[view(a) for a in x] if type(x) is list else view(x) for x in inputs]
