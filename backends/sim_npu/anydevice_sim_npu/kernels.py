@@ -17,6 +17,7 @@ import numpy as np
 from anydevice.ops.registry import broadcast_shapes, get_op, primitives
 from anydevice.runtime import DeviceArray, KernelTable
 from anydevice_cpu.kernels import power
+from anydevice_cpu.kernels_optim import returning_kernels
 
 from .runtime import compute, kernel_cost
 from .streams import HEAVY_BYTES
@@ -53,6 +54,8 @@ def register(kernels: KernelTable, views, missing=()) -> None:
             kernels.register(name, _binary(op, UFUNCS[name], views))
         else:
             kernels.register(name, _queued(op, cpu.lookup(name, None).fn, views), out=True)
+    for name, fn in returning_kernels().items():  # optimizer updates: one kernel instead of ~30 decomposed ops
+        kernels.register(name, _queued(get_op(name), fn, views), out=True)
 
 
 def _queued(op, fn, views):
