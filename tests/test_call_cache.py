@@ -209,3 +209,20 @@ def test_threads_share_the_cache():
     for t in threads:
         t.join(30)
     assert not errors
+
+
+def test_python_scalar_inputs_are_checked_and_converted_on_every_call():
+    i = ad.asarray([1, 2], dtype=ad.int8)
+    x = ad.asarray(np.arange(4, dtype=np.float32))
+    x.requires_grad = True
+    for _ in range(3):
+        assert (i + 3).tolist() == [4, 5] and (i + 3).dtype is ad.int8
+        with pytest.raises(OverflowError, match="does not fit in int8"):
+            i + 200  # noqa: B018 - the operator raises
+        with pytest.raises(TypeError, match="Python bool cannot be combined"):
+            ad.add(i, True)
+        x.grad = None
+        y = ad.sum(x * 2.0 + 1)
+        y.backward()
+        assert y.item() == 16.0 and x.grad.tolist() == [2.0] * 4
+        assert np.signbit(ad.multiply(ad.asarray([1.0]), -0.0).numpy()).all()

@@ -346,6 +346,7 @@ def test_stream_guard_affects_only_its_own_thread(dev):
     def work(i, inside, done):
         s = own[i]
         x = ad.arange(64, dtype=ad.float32, device=d)
+        ad.device.synchronize(d)  # x was queued on the default stream: other streams read it only once it ran
         with stream_guard(s):
             inside.wait()
             ok = 0

@@ -5,6 +5,7 @@ bfloat16 math that numpy does slowly or imprecisely runs in float32 and is round
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -70,15 +71,30 @@ def _half_via_f32(fn):
         r = np.asarray(fn(*a, **kw))
         return r.astype(dt) if r.dtype == np.float32 else r
 
-    quiet = _quiet(fn)
     quiet_half = _quiet(half)
+    if _fp_state is None:
+        quiet = _quiet(fn)
+
+        def k(ctx, *a, **kw):
+            x0 = a[0][0] if isinstance(a[0], list) else a[0]
+            dt = x0.dtype
+            if dt in (_HALF or _half_dtypes()):
+                return quiet_half(ctx, a, kw, dt)
+            return quiet(ctx, *a, **kw)
+
+        return k
+    set_, reset = _fp_state.set, _fp_state.reset
 
     def k(ctx, *a, **kw):
         x0 = a[0][0] if isinstance(a[0], list) else a[0]
         dt = x0.dtype
         if dt in (_HALF or _half_dtypes()):
             return quiet_half(ctx, a, kw, dt)
-        return quiet(ctx, *a, **kw)
+        token = set_(_IGNORE)
+        try:
+            return fn(*a, **kw)
+        finally:
+            reset(token)
 
     return k
 
@@ -98,13 +114,18 @@ def _astype(x, dtype, copy=True):
     return x.astype(dtype.numpy)
 
 
+@functools.lru_cache(maxsize=4096)
+def _numpy_key(key):
+    return to_numpy_key(key)
+
+
 def _getitem(x, key):
-    return np.asarray(x)[to_numpy_key(key)]
+    return np.asarray(x)[_numpy_key(key)]
 
 
 def _setitem(x, value, key):
     y = np.array(x, copy=True)
-    y[to_numpy_key(key)] = value
+    y[_numpy_key(key)] = value
     return y
 
 
@@ -136,19 +157,23 @@ def _argreduce(fn):
     return k
 
 
+# np.max and np.sum are these reductions behind a Python layer
+_MAX, _SUM = np.maximum.reduce, np.add.reduce
+
+
 def _softmax(x, axis):
     if np.ndim(x) == 0:  # 1, or NaN for NaN and ±inf
         return np.exp(x - x) / np.exp(x - x)
-    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
-    e /= np.sum(e, axis=axis, keepdims=True)
+    e = np.exp(x - _MAX(x, axis=axis, keepdims=True))
+    e /= _SUM(e, axis=axis, keepdims=True)
     return e
 
 
 def _log_softmax(x, axis):
     if np.ndim(x) == 0:  # 0, or NaN for NaN and ±inf
         return (x - x) - np.log(np.exp(x - x))
-    s = x - np.max(x, axis=axis, keepdims=True)
-    return s - np.log(np.sum(np.exp(s), axis=axis, keepdims=True))
+    s = x - _MAX(x, axis=axis, keepdims=True)
+    return s - np.log(_SUM(np.exp(s), axis=axis, keepdims=True))
 
 
 def _cross_entropy(logits, labels, reduction):
@@ -241,6 +266,27 @@ def _prod(x, axis, keepdims, dtype=None):
     return np.multiply.reduce(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
 
 
+def _reduction(fn, ufunc):
+    """The kernel of sum or prod: ``_half_via_f32(fn)``, with the common case (not a 16-bit
+    float) one call deep."""
+    generic = _half_via_f32(fn)
+    if _fp_state is None:
+        return generic
+    reduce, set_, reset = ufunc.reduce, _fp_state.set, _fp_state.reset
+
+    def k(ctx, x, axis, keepdims, dtype=None):
+        dt = x.dtype
+        if dt in (_HALF or _half_dtypes()):
+            return generic(ctx, x, axis=axis, keepdims=keepdims)
+        token = set_(_IGNORE)
+        try:
+            return reduce(x, axis=axis, keepdims=keepdims, dtype=dt)
+        finally:
+            reset(token)
+
+    return k
+
+
 def _mean(x, axis, keepdims):
     """np.mean of a floating array: the sum divided by the count as np.mean divides (by an intp,
     so float32 results round from float64 as numpy's do); np.mean itself for other dtypes and
@@ -262,9 +308,9 @@ def _mean(x, axis, keepdims):
 
 
 def _logsumexp(x, axis, keepdims):
-    m = np.max(x, axis=axis, keepdims=True)
+    m = _MAX(x, axis=axis, keepdims=True)
     m = np.where(np.isinf(m), 0, m)
-    r = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
+    r = np.log(_SUM(np.exp(x - m), axis=axis, keepdims=True)) + m
     return r if keepdims else np.squeeze(r, axis=axis)
 
 
@@ -304,7 +350,8 @@ def _clip(x, min=None, max=None):
 
 
 # op name -> (implementation, wrapper). Wrappers: "plain" (fast, no error-state change),
-# "quiet" (numpy floating warnings silenced), "half" (float16/bfloat16 computed in float32).
+# "quiet" (numpy floating warnings silenced), "half" (float16/bfloat16 computed in float32),
+# "reduce" (sum and prod: "half", one call deep for other dtypes).
 _TABLE = {
     "add": (np.add, "plain"), "subtract": (np.subtract, "plain"), "multiply": (np.multiply, "plain"),
     "divide": (np.divide, "quiet"), "pow": (power, "quiet"), "maximum": (np.maximum, "plain"),
@@ -329,7 +376,7 @@ _TABLE = {
     "erf": (_erf, "half"), "relu": (lambda x: np.maximum(x, np.zeros((), np.asarray(x).dtype)), "plain"),
     "sigmoid": (lambda x: 1 / (1 + np.exp(-x)), "half"), "gelu": (_gelu, "half"),
     "where": (np.where, "plain"), "clip": (_clip, "plain"),
-    "sum": (_sum, "half"), "prod": (_prod, "half"), "max": (lambda x, axis, keepdims: np.maximum.reduce(x, axis=axis, keepdims=keepdims), "plain"),
+    "sum": (_sum, "reduce"), "prod": (_prod, "reduce"), "max": (lambda x, axis, keepdims: np.maximum.reduce(x, axis=axis, keepdims=keepdims), "plain"),
     "min": (lambda x, axis, keepdims: np.minimum.reduce(x, axis=axis, keepdims=keepdims), "plain"),
     "argmax": (_argreduce(np.argmax), "plain"), "argmin": (_argreduce(np.argmin), "plain"),
     "mean": (_mean, "half"), "var": (_var, "half"),
@@ -373,6 +420,8 @@ def register(kernels) -> None:
     for name, (fn, how) in _TABLE.items():
         if how == "plain" and isinstance(fn, np.ufunc) and fn.nin == 2:
             kernels.register(name, _fast_binary(fn))
+        elif how == "reduce":
+            kernels.register(name, _reduction(fn, {"sum": np.add, "prod": np.multiply}[name]))
         else:
             kernels.register(name, _WRAP[how](fn))
     for name, fn in _random_kernels(np, chunk=1 << 14).items():  # Philox rounds in cache-sized passes

@@ -18,17 +18,20 @@ def _op(name):
 
 
 def _checked(fn):
-    """``fn`` whose arguments are bound against its signature first, so a wrong call raises an
-    anydevice TypeError naming the function and showing the signature (as the op functions do)."""
+    """``fn`` whose wrong calls raise an anydevice TypeError naming the function and showing the
+    signature (as the op functions do); a right call costs nothing more than calling ``fn``."""
     sig = inspect.signature(fn)
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            sig.bind(*args, **kwargs)
-        except TypeError as e:
-            raise TypeError(f"{fn.__name__}(): {e}; the signature is {fn.__name__}{sig}") from None
-        return fn(*args, **kwargs)
+            return fn(*args, **kwargs)
+        except TypeError:  # binding the arguments tells a wrong call from an error inside fn
+            try:
+                sig.bind(*args, **kwargs)
+            except TypeError as bad:
+                raise TypeError(f"{fn.__name__}(): {bad}; the signature is {fn.__name__}{sig}") from None
+            raise
 
     return wrapper
 

@@ -251,6 +251,18 @@ def call(op, args, kwargs):
     return apply(op, _as_tensors(op, inputs), attrs)
 
 
+def call_keyed(op, args: tuple, kwargs: dict, key):
+    """:func:`call` with the cache key worked out by the caller (a hashable of descriptors that
+    determines every argument's type and value, as :func:`_call_key`'s does; None: uncached)."""
+    if key is not None and not _observers and _tracer is None and not _autocast.regions[0]:
+        e = op.plans.get(_CALLS, _EMPTY).get(key)
+        if e is not None:
+            return _hit(op, e, args, key)
+        inputs, attrs = _bind(op, args, kwargs)
+        return apply(op, _as_tensors(op, inputs), attrs, key)
+    return call(op, args, kwargs)
+
+
 def call_inputs(op, args: tuple):
     """Run ``op``, an op without attributes, on ``args`` (tensors or Python scalars): what the
     Tensor operators call once their own fast path declined; cached as :func:`call` is."""
@@ -278,6 +290,14 @@ _SEQ_PLAIN = frozenset({type(None), bool, int, str, type(Ellipsis), _dt.DType})
 
 def _call_key(args, kwargs):
     """The cache key of a call, or None when an argument is not a plain value or a tensor."""
+    if not kwargs:  # the commonest calls, made quickly
+        n = len(args)
+        if n == 1 and type(args[0]) is Tensor:
+            a = args[0]
+            return (a.device._ctx, a.dtype, a.shape)
+        if n == 2 and type(args[0]) is Tensor and type(args[1]) is Tensor:
+            a, b = args
+            return (a.device._ctx, a.dtype, a.shape, b.device._ctx, b.dtype, b.shape)
     k = []
     for a in args:
         t = type(a)
@@ -393,8 +413,9 @@ def _hit(op, e, args, key):
     if op.variadic:
         inputs = [list(args[0])]
         tensors = inputs[0]
-    else:
-        inputs = tensors = list(args[:n])
+    else:  # Python scalars among the inputs (then casts are set) become tensors in _finish
+        inputs = list(args[:n])
+        tensors = inputs if e.casts is None else [t for t in inputs if type(t) is Tensor]
     return _finish(op, inputs, tensors, e.attrs, e.device, e.compute, e.casts, e.out_shape, e.out_dtype,
                    None if e.fn is not None else (key, e))
 
@@ -503,8 +524,8 @@ def apply(op, inputs, attrs, key=None):
         if scalars or (any(d is not c for d, c in zip(in_dtypes, per)) if per else
                        any(d is not compute for d in in_dtypes)):
             casts = in_dtypes
-    if key is not None and (scalars or op.data_shape is not None):
-        key = None  # scalars become tensors, data-dependent sizes are read back: every call
+    if key is not None and op.data_shape is not None:
+        key = None  # data-dependent sizes are read back on every call
     if key is not None:
         key = (key, _Entry(op, device, attrs, compute, casts, out_shape, out_dtype, len(flat) if not op.variadic else 1))
     return _finish(op, inputs, tensors, attrs, device, compute, casts, out_shape, out_dtype, key)
@@ -978,14 +999,27 @@ def _coerce(name, v, d):
     return complex(v)
 
 
+#: 0 and 1 as ``_coerce`` makes them for each dtype kind
+_ZERO = {"bool": False, "int": 0, "uint": 0, "float": 0.0, "complex": 0j}
+_ONE = {"bool": True, "int": 1, "uint": 1, "float": 1.0, "complex": 1 + 0j}
+
+
 def zeros_like(x, /, *, dtype=None, device=None) -> Tensor:
     """A tensor of zeros of ``x``'s shape (dtype and device default to ``x``'s)."""
+    if dtype is None and device is None and type(x) is Tensor:  # nothing to check: x's own
+        return _full(x.shape, _ZERO[x.dtype.kind], dtype=x.dtype, device=x.device)
     return _like("zeros_like", x, 0, dtype, device)
 
 
 def ones_like(x, /, *, dtype=None, device=None) -> Tensor:
     """A tensor of ones of ``x``'s shape (dtype and device default to ``x``'s)."""
+    if dtype is None and device is None and type(x) is Tensor:
+        return _full(x.shape, _ONE[x.dtype.kind], dtype=x.dtype, device=x.device)
     return _like("ones_like", x, 1, dtype, device)
+
+
+def _full(*args, **kwargs):
+    return call(get_op("full"), args, kwargs)
 
 
 class Namespace:

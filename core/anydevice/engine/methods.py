@@ -23,12 +23,15 @@ from anydevice.ops.registry import get_op, normalize_axis
 from anydevice.runtime import streams as _streams
 from anydevice.runtime.devices import as_device, register_cache
 
-
 # --- methods ------------------------------------------------------------------------------------
+_permute_dims = get_op("permute_dims")
+
+
 def _T(self) -> Tensor:
-    if self.ndim != 2:
+    if len(self.shape) != 2:
         raise ValueError(f"Tensor.T needs a 2-D tensor, this one is {self.ndim}-D; use permute_dims() or mT")
-    return xp.permute_dims(self, (1, 0))
+    key = (self.device._ctx, self.dtype, self.shape, _permute_dims) if type(self) is Tensor else None
+    return _dispatch.call_keyed(_permute_dims, (self, (1, 0)), {}, key)  # the key stands for axes (1, 0)
 
 
 def _mT(self) -> Tensor:
@@ -90,8 +93,49 @@ def reshape(self, *shape) -> Tensor:
 
 
 # --- indexing -----------------------------------------------------------------------------------
+_getitem = get_op("getitem")
+_INDEX_PARTS = frozenset({int, type(None)})
+_canonical: dict = {}  # (index id, shape) -> canonical key
+
+
+def _index_id(key):
+    """A hashable that stands for a basic index (ints, slices of ints, None, ``...`` and tuples
+    of them; bools and anything else: None), for caching its canonical form."""
+    t = type(key)
+    if t is int:
+        return key
+    if t is slice:
+        a, b, c = key.start, key.stop, key.step
+        if type(a) in _INDEX_PARTS and type(b) in _INDEX_PARTS and type(c) in _INDEX_PARTS:
+            return ("s", a, b, c)
+        return None
+    if t is not tuple:
+        return None
+    out = ["t"]
+    for k in key:
+        tk = type(k)
+        if tk is int or k is None or k is Ellipsis:
+            out.append(k)
+        elif tk is slice and type(k.start) in _INDEX_PARTS and type(k.stop) in _INDEX_PARTS and \
+                type(k.step) in _INDEX_PARTS:
+            out.append(("s", k.start, k.stop, k.step))
+        else:
+            return None
+    return tuple(out)
+
+
 def getitem(x, key, /):
     """``x[key]``: an integer-tensor key gathers rows (``take``), anything else is a static key."""
+    kid = _index_id(key) if type(x) is Tensor else None
+    if kid is not None:  # a basic index: its canonical form and the call are cached per shape
+        shape = x.shape
+        ck = _canonical.get((kid, shape))
+        if ck is None:
+            ck = canonical_key(key, shape)
+            if len(_canonical) >= 4096:
+                _canonical.clear()
+            _canonical[(kid, shape)] = ck
+        return _dispatch.call_keyed(_getitem, (x,), {"key": ck}, (x.device._ctx, x.dtype, shape, _getitem, kid))
     if isinstance(key, Tensor) and key.ndim == 1 and key.dtype.kind in ("int", "uint"):
         return xp.take(x, key, axis=0)
     mask = _mask_key(key)
