@@ -407,3 +407,19 @@ def test_compiled_module_for_inference_retraces_on_mode_change():
     for a, b in zip(eager.buffers(), m.buffers()):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     assert f.explain().startswith("Sequential: 6 calls, 2 traces, 4 replays")
+
+
+def test_python_state_growing_every_call_is_refused():
+    history = []
+
+    @jit.compile
+    def fn(x):
+        y = x * 2
+        history.append(y)  # a container that grows at every call: no graph can repeat that
+        return y
+
+    fn(ad.ones(2))
+    fn(ad.ones(2))  # a first call may build state (an optimizer's first step): traced again
+    with pytest.raises(jit.TraceError, match=r"changes the structure of Python state on every call.*list"):
+        fn(ad.ones(2))
+    assert fn.stats["replays"] == 0 and len(history) == 2

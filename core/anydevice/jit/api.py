@@ -170,6 +170,7 @@ class CompiledFunction:
         if change is not None:  # first calls that build Python state (an optimizer's first step): trace again
             self._changes += 1
             if self._changes > 2:
+                _capture.restore(tr, before, pre, flat)
                 raise _capture.TraceError(
                     f"{self.name}(): changes the structure of Python state on every call ({change}); a replayed "
                     f"graph cannot repeat that. Keep such state outside the compiled function, or "

@@ -240,6 +240,7 @@ def restore(tr: Tracer, before: dict, pre: _state.Walk, flat_args) -> None:
     it drew from."""
     for gen, _, off, _ in reversed(tr.draws):
         gen.set_state(np.array([gen.initial_seed(), off], dtype="<u8").view(np.uint8))
+    pre.put_back()
     for ref, t, buf, grad in before.values():
         try:
             if not isinstance(ref, (_state.ArgRef, _state.ObjRef)) and ref.get(flat_args) is not t:

@@ -219,13 +219,23 @@ class Walk:
     same facts as a flat list of checks, ``(kind, container, key, expected, slot key)``, that
     :func:`holds` evaluates without walking again."""
 
-    __slots__ = ("slots", "digest", "scalars", "guard")
+    __slots__ = ("slots", "digest", "scalars", "guard", "copies")
 
     def __init__(self):
         self.slots: dict = {}    # (id(container), key id) -> (ref, tensor)
         self.digest: list = []   # (slot key, what) in visiting order
         self.scalars: dict = {}  # slot key -> (ref, value) for plain Python values
         self.guard: list = []
+        self.copies: list = []   # (list or dict, shallow copy): to put containers back after a refused trace
+
+    def put_back(self) -> None:
+        """Give every list and dict (attribute dicts included) the entries it had during the walk."""
+        for c, copy in self.copies:
+            if type(c) is list:
+                c[:] = copy
+            elif len(c) != len(copy) or any(k not in c or c[k] is not v for k, v in copy.items()):
+                c.clear()
+                c.update(copy)
 
     def key_tuple(self, skip=frozenset()) -> tuple:
         return tuple(e for e in self.digest if e[0] not in skip)
@@ -285,11 +295,15 @@ def walk(roots, skip_ids=frozenset(), guard=()) -> Walk:
         budget[0] -= 1
         t = type(obj)
         if t is dict or isinstance(obj, dict):
+            if t is dict:
+                w.copies.append((obj, dict(obj)))
             w.digest.append(((id(obj), None), len(obj)))
             w.guard.append(("n", obj, None, len(obj), (id(obj), None)))
             for k, v in list(obj.items())[:MAX_ITEMS]:
                 leaf((id(obj), id(k) if isinstance(k, Tensor) else k), ItemRef(obj, k), v, depth, obj, k)
         elif t is list or t is tuple:
+            if t is list:
+                w.copies.append((obj, list(obj)))
             w.digest.append(((id(obj), None), len(obj)))
             w.guard.append(("n", obj, None, len(obj), (id(obj), None)))
             for k, v in enumerate(obj[:MAX_ITEMS]):
@@ -300,6 +314,7 @@ def walk(roots, skip_ids=frozenset(), guard=()) -> Walk:
             d = getattr(obj, "__dict__", None)
             if type(d) is not dict:
                 return
+            w.copies.append((d, dict(d)))
             w.digest.append(((id(obj), None), type(obj)))
             w.guard.append(("n", d, None, len(d), (id(obj), None)))
             for k, v in list(d.items())[:MAX_ITEMS]:
