@@ -460,7 +460,7 @@ def compute(fn, name, out, inputs, attrs, tables, views) -> None:
 
 
 #: Kernels doing at least this many flops go to the worker at once, as heavy ones.
-HEAVY_FLOPS = 1 << 20
+HEAVY_FLOPS = 1 << 26
 
 
 def kernel_cost(rt, name, op, out, inputs, attrs):

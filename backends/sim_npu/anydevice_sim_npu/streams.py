@@ -10,17 +10,16 @@ events capture it, and ``elapsed_time`` is the difference. While the device is t
 (``start_trace``) each kernel and copy leaves its ``(stream, name, start, end)`` there.
 
 Who runs the items: like a driver's command buffer, launches gather in the stream's pending
-list and reach the device in batches. The first light item of a batch, heavy items (moving at
-least :data:`HEAVY_BYTES`) and markers wake the stream's own daemon worker thread (started on
-first use); the light items queued behind the first join its batch without waking anyone. The
-worker runs everything pending when it wakes, so queued work runs in the background and big
-kernels overlap with the host. A host that waits for the stream runs the pending items itself,
-unless the worker is running the stream. A light element-wise kernel launched while its device
-has nothing queued and nothing running runs at once on the launching thread
-(:meth:`SimStream.elementwise`). Host and worker threads share the interpreter lock, so handing a
-tiny kernel to another thread costs more than running it; whoever runs them, a stream's items
-run one at a time and in order, under its ``_runner`` lock, with the same clock and the same
-sticky errors.
+list. Heavy items (moving at least :data:`HEAVY_BYTES`, or doing many flops), markers (event
+records, sync points) and copies wake the stream's own daemon worker thread (started on first
+use), which runs everything pending, so big kernels overlap with the host; so do a query of
+the stream and every :data:`BATCH` light items. A host that waits for the stream runs the
+pending items itself, unless the worker is running the stream. A light kernel of known, quick
+math (element-wise, or a registry kernel) launched while its device has nothing queued runs at
+once on the launching thread (:meth:`SimStream.elementwise`, :meth:`SimStream.run_now`). Host
+and worker threads share the interpreter lock, so handing a tiny kernel to another thread costs
+more than running it; whoever runs them, a stream's items run one at a time and in order, under
+its ``_runner`` lock, with the same clock and the same sticky errors.
 """
 from __future__ import annotations
 
@@ -48,7 +47,9 @@ def _quiet_context():
 _STOP = object()
 _GO = object()  # token: the worker runs everything pending
 #: Items moving at least this many bytes go to the worker at once.
-HEAVY_BYTES = 1 << 18
+HEAVY_BYTES = 4 << 20
+#: Light items gathered before the worker is woken for them.
+BATCH = 256
 
 
 class SimEvent:
@@ -82,7 +83,7 @@ class SimStream:
         self._pending = collections.deque()  # items not yet run, oldest first
         self._runner = threading.Lock()  # held by the one thread running this stream's items
         self._quiet = _quiet_context()  # entered only by the runner
-        self._light = 0  # items queued since a run of the pending list last began (0: the next one wakes the worker)
+        self._light = 0  # items queued since a run of the pending list last began
         self._thread = None
         self.submitted = self.done = 0
         self.clock = 0.0
@@ -96,7 +97,7 @@ class SimStream:
         self._pending.append(item)
         n = self._light
         self._light = n + 1
-        if heavy or n == 0:  # one token per batch: the worker runs it, unless a waiting host does first
+        if heavy or n >= BATCH:  # else the batch waits for a host that waits, or for more
             self._wake()
 
     def elementwise(self, name: str, ufunc, out, a, b, plan) -> None:
@@ -208,7 +209,11 @@ class SimStream:
         item = None  # noqa: F841 - drop the last item's buffers now
 
     def idle(self) -> bool:
-        return self.done >= self.submitted
+        if self.done >= self.submitted:
+            return True
+        if self._pending and not self._runner.locked():
+            self._wake()  # a poller must see the work finish, without running it here
+        return False
 
     def busy(self) -> bool:
         """Work is queued here or running."""
