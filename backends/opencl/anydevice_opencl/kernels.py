@@ -17,6 +17,7 @@ floating-point sums may differ in the last bits (another summation order).
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pyopencl as cl
@@ -68,7 +69,7 @@ def _prod(shape) -> int:
 
 def _off(a) -> int:
     """Element offset of a DeviceArray inside its cl.Buffer."""
-    return a.byte_offset // a.dtype.itemsize
+    return (a.block.offset + a.offset) // a.dtype.itemsize
 
 
 def _cstrides(shape) -> list:
@@ -234,9 +235,9 @@ def _elementwise_kernel(op: str):
         p = plans.get((ctx.index, x0.dtype, xs[-1].dtype, approximate)) or plan(ctx, xs, approximate)
         spec, out_dt, local, run, width = p
         shape = x0.shape
-        if len(xs) == 1 or all(x.shape == shape for x in xs):  # fast path: contiguous operands of one shape
+        if len(xs) == 1 or xs[1].shape == shape and (len(xs) == 2 or xs[2].shape == shape):  # one shape
             out = ctx.empty(shape, out_dt)
-            n = out.size
+            n = math.prod(shape)
             if n:
                 if run is None:
                     if not _specialize(spec, n):
@@ -245,7 +246,8 @@ def _elementwise_kernel(op: str):
                     run = p[3] = ctx.runtime.programs.kernel(ctx.runtime, ctx.index, spec, ctx.device)
                 args = [out.handle, _off(out)]
                 for x in xs:
-                    args += [x.handle, _off(x)]
+                    args.append(x.handle)
+                    args.append(_off(x))
                 args.append(n)
                 q = ctx.stream if ctx.stream is not None else ctx.runtime.queues[ctx.index]
                 run(q, (_items(n, width, local),), (local,), args)

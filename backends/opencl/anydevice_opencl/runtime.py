@@ -124,16 +124,21 @@ class Launcher:
         k, last, put = self.kernel, self.last, self.set_bytes
         if len(last) != len(args):
             last[:] = [None] * len(args)
-        for i, a in enumerate(args):
-            b = last[i]
-            t = type(a)
-            if a is b or (t is int and type(b) is int and a == b):
-                continue
-            if t is cl.Buffer or put is None:
-                k.set_arg(i, np.int64(a) if t is int else a)
-            else:
-                put(i, _LONG(a) if t is int else a.tobytes())
-            last[i] = a
+        i = 0
+        for a, b in zip(args, last):
+            if a is not b:
+                t = type(a)
+                if t is int:
+                    if type(b) is not int or a != b:
+                        put(i, _LONG(a)) if put is not None else k.set_arg(i, np.int64(a))
+                        last[i] = a
+                elif t is cl.Buffer or put is None:
+                    k.set_arg(i, a)
+                    last[i] = a
+                else:
+                    put(i, a.tobytes())
+                    last[i] = a
+            i += 1
         cl.enqueue_nd_range_kernel(queue, k, gsize, lsize)
 
 
