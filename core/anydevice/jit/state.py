@@ -284,16 +284,21 @@ def walk(roots, skip_ids=frozenset(), guard=()) -> Walk:
             w.scalars[key] = (ref, v)
             w.digest.append((key, v))
             w.guard.append(("v", c, k, v, key))
-        elif depth < 8:
+        elif depth < 8 and visit(v, depth + 1):  # a container: the same object must stay there
             w.guard.append(("o", c, k, v, key))
-            visit(v, depth + 1)
 
-    def visit(obj, depth):
-        if id(obj) in seen or budget[0] <= 0 or isinstance(obj, _SKIP) or callable(obj) and not hasattr(obj, "__dict__"):
-            return
+    def visit(obj, depth) -> bool:
+        """Walk a container (dict, list, tuple, object with a ``__dict__``); False for anything else
+        (arrays, buffers, locks, functions: opaque to the guard)."""
+        t = type(obj)
+        if isinstance(obj, _SKIP) or isinstance(obj, (types.FunctionType, types.MethodType, types.GeneratorType)):
+            return False
+        if not (t is list or t is tuple or isinstance(obj, dict) or type(getattr(obj, "__dict__", None)) is dict):
+            return False
+        if id(obj) in seen or budget[0] <= 0:
+            return True
         seen.add(id(obj))
         budget[0] -= 1
-        t = type(obj)
         if t is dict or isinstance(obj, dict):
             if t is dict:
                 w.copies.append((obj, dict(obj)))
@@ -308,17 +313,14 @@ def walk(roots, skip_ids=frozenset(), guard=()) -> Walk:
             w.guard.append(("n", obj, None, len(obj), (id(obj), None)))
             for k, v in enumerate(obj[:MAX_ITEMS]):
                 leaf((id(obj), k), ItemRef(obj, k), v, depth, obj, k)
-        elif isinstance(obj, (types.FunctionType, types.MethodType, types.GeneratorType)):
-            return
         else:
-            d = getattr(obj, "__dict__", None)
-            if type(d) is not dict:
-                return
+            d = obj.__dict__
             w.copies.append((d, dict(d)))
             w.digest.append(((id(obj), None), type(obj)))
             w.guard.append(("n", d, None, len(d), (id(obj), None)))
             for k, v in list(d.items())[:MAX_ITEMS]:
                 leaf((id(obj), k), AttrRef(obj, k), v, depth, d, k)
+        return True
 
     for r in roots:
         visit(r, 0)
