@@ -119,10 +119,6 @@ def _numpy_key(key):
     return to_numpy_key(key)
 
 
-def _getitem(x, key):
-    return np.asarray(x)[_numpy_key(key)]
-
-
 def _setitem(x, value, key):
     y = np.array(x, copy=True)
     y[_numpy_key(key)] = value
@@ -351,7 +347,8 @@ def _clip(x, min=None, max=None):
 
 # op name -> (implementation, wrapper). Wrappers: "plain" (fast, no error-state change),
 # "quiet" (numpy floating warnings silenced), "half" (float16/bfloat16 computed in float32),
-# "reduce" (sum and prod: "half", one call deep for other dtypes).
+# "reduce" (sum and prod: "half", one call deep for other dtypes), "ctx" (a kernel as it is: takes
+# ctx first, one call deep).
 _TABLE = {
     "add": (np.add, "plain"), "subtract": (np.subtract, "plain"), "multiply": (np.multiply, "plain"),
     "divide": (np.divide, "quiet"), "pow": (power, "quiet"), "maximum": (np.maximum, "plain"),
@@ -375,23 +372,23 @@ _TABLE = {
     "isfinite": (np.isfinite, "plain"), "logical_not": (np.logical_not, "plain"), "bitwise_invert": (np.invert, "plain"),
     "erf": (_erf, "half"), "relu": (lambda x: np.maximum(x, np.zeros((), np.asarray(x).dtype)), "plain"),
     "sigmoid": (lambda x: 1 / (1 + np.exp(-x)), "half"), "gelu": (_gelu, "half"),
-    "where": (np.where, "plain"), "clip": (_clip, "plain"),
-    "sum": (_sum, "reduce"), "prod": (_prod, "reduce"), "max": (lambda x, axis, keepdims: np.maximum.reduce(x, axis=axis, keepdims=keepdims), "plain"),
-    "min": (lambda x, axis, keepdims: np.minimum.reduce(x, axis=axis, keepdims=keepdims), "plain"),
+    "where": (lambda ctx, c, a, b: np.where(c, a, b), "ctx"), "clip": (_clip, "plain"),
+    "sum": (_sum, "reduce"), "prod": (_prod, "reduce"), "max": (lambda ctx, x, axis, keepdims: np.maximum.reduce(x, axis=axis, keepdims=keepdims), "ctx"),
+    "min": (lambda ctx, x, axis, keepdims: np.minimum.reduce(x, axis=axis, keepdims=keepdims), "ctx"),
     "argmax": (_argreduce(np.argmax), "plain"), "argmin": (_argreduce(np.argmin), "plain"),
     "mean": (_mean, "half"), "var": (_var, "half"),
     "std": (_std, "half"), "any": (lambda x, axis, keepdims: np.any(x, axis=axis, keepdims=keepdims), "plain"),
     "all": (lambda x, axis, keepdims: np.all(x, axis=axis, keepdims=keepdims), "plain"), "logsumexp": (_logsumexp, "half"),
     "matmul": (_matmul, "half"), "vecdot": (lambda a, b, axis: np.sum(np.conj(a) * b, axis=axis, dtype=np.asarray(a).dtype), "half"),
     "matrix_transpose": (lambda x: np.swapaxes(x, -1, -2), "plain"),
-    "reshape": (lambda x, shape, copy=None: x.reshape(shape), "plain"),
-    "permute_dims": (lambda x, axes: x.transpose(axes), "plain"),
-    "broadcast_to": (lambda x, shape: np.broadcast_to(x, shape), "plain"), "concat": (_concat, "plain"),
+    "reshape": (lambda ctx, x, shape, copy=None: x.reshape(shape), "ctx"),
+    "permute_dims": (lambda ctx, x, axes: x.transpose(axes), "ctx"),
+    "broadcast_to": (lambda x, shape: np.broadcast_to(x, shape), "plain"), "concat": (lambda ctx, arrays, axis: _concat(arrays, axis), "ctx"),
     "stack": (lambda arrays, axis: np.stack(arrays, axis=axis), "plain"),
     "squeeze": (lambda x, axis: np.squeeze(x, axis=axis), "plain"),
     "expand_dims": (lambda x, axis: np.expand_dims(x, axis), "plain"),
-    "flip": (lambda x, axis: np.flip(x, axis=axis) if np.ndim(x) else x, "plain"), "astype": (_astype, "plain"),
-    "getitem": (_getitem, "plain"), "setitem": (_setitem, "plain"), "take": (_take, "plain"),
+    "flip": (lambda x, axis: np.flip(x, axis=axis) if np.ndim(x) else x, "plain"), "astype": (lambda ctx, x, dtype, copy=True: _astype(x, dtype), "ctx"),
+    "getitem": (lambda ctx, x, key: np.asarray(x)[_numpy_key(key)], "ctx"), "setitem": (_setitem, "plain"), "take": (_take, "plain"),
     "full": (lambda shape, fill_value, dtype: np.full(shape, fill_value, dtype=dtype.numpy), "plain"),
     "arange": (_arange, "plain"), "eye": (_eye, "plain"), "linspace": (_linspace, "plain"),
     "softmax": (_softmax, "half"), "log_softmax": (_log_softmax, "half"), "cross_entropy": (_cross_entropy, "half"),
@@ -420,6 +417,8 @@ def register(kernels) -> None:
     for name, (fn, how) in _TABLE.items():
         if how == "plain" and isinstance(fn, np.ufunc) and fn.nin == 2:
             kernels.register(name, _fast_binary(fn))
+        elif how == "ctx":
+            kernels.register(name, fn)
         elif how == "reduce":
             kernels.register(name, _reduction(fn, {"sum": np.add, "prod": np.multiply}[name]))
         else:

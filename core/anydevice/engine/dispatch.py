@@ -305,6 +305,8 @@ def _call_key(args, kwargs):
             k += (a.device._ctx, a.dtype, a.shape)
         elif t in _KEYABLE:
             k += (t, a)
+        elif t is tuple and _SEQ_PLAIN.issuperset(ts := tuple(map(type, a))):  # axes, a shape: as _key_part
+            k += (t, a, ts)
         elif not _key_part(k, t, a):
             return None
     if kwargs:
@@ -379,7 +381,7 @@ class _Entry:
         self.kw = {k: v for k, v in attrs.items() if k != "device"}
         # the kernel can be called at once: native, one output, no casts, no value check; and
         # also when the graph is recorded, unless the op differentiates through its decomposition
-        self.direct = native and casts is None and op.check is None and op.outputs is None and not op.variadic
+        self.direct = native and casts is None and op.check is None and op.outputs is None
         self.record = self.direct and op.differentiable and (op.vjp is not None or op.decomposition is None)
 
 
@@ -395,7 +397,10 @@ def _hit(op, e, args, key):
     full path's tail (casts, value checks, decomposition or fallback, the graph)."""
     n = e.n
     if e.direct:
-        if n == 1:
+        if op.variadic:  # one list input
+            ts = args[0]
+            bufs, grad = ([t._buf for t in ts],), any(t._node is not None for t in ts)
+        elif n == 1:
             x = args[0]
             bufs, grad = (x._buf,), x._node is not None
         elif n == 2:
@@ -408,7 +413,7 @@ def _hit(op, e, args, key):
             return _run_direct(e, bufs)
         if e.record:  # a native kernel (it dispatches nothing, so no no_grad() is needed) and its node
             result = _run_direct(e, bufs)
-            _record(op, args[:n], e.kw, result)
+            _record(op, [list(args[0])] if op.variadic else args[:n], e.kw, result)
             return result
     if op.variadic:
         inputs = [list(args[0])]
