@@ -121,7 +121,7 @@ class SimStream:
             vo = plan.to.get(blk.handle + blk.offset)
             if vo is None:
                 vo = chip.views.make(plan.to, out)
-            self._quiet.run(ufunc, va, vb, out=vo)  # device math does not warn, like the cpu kernels
+            self._quiet.run(ufunc, va, vb, out=vo)  # device math does not warn (nor does it on the worker)
             self.clock += plan.seconds
         except BaseException as e:  # noqa: BLE001 - recorded, raised at the next sync point
             chip.fail(self, name, e)
@@ -137,7 +137,7 @@ class SimStream:
                 or len(chip.streams) > 1 and chip.busy(self) or not self._runner.acquire(False)):
             return False
         try:
-            self._quiet.run(fn, *args)  # device math does not warn, like the cpu kernels
+            self._quiet.run(fn, *args)  # device math does not warn (nor does it on the worker)
             self.clock += seconds
         except BaseException as e:  # noqa: BLE001 - recorded, raised at the next sync point
             chip.fail(self, name, e)
@@ -165,7 +165,7 @@ class SimStream:
         if not self._runner.acquire(False):
             return False
         try:
-            with np.errstate(all="ignore"):  # device math does not warn, like the cpu kernels
+            with np.errstate(all="ignore"):  # device math does not warn (nor does it on the worker)
                 self._drain()
         finally:
             self._runner.release()
