@@ -226,3 +226,17 @@ def test_python_scalar_inputs_are_checked_and_converted_on_every_call():
         y.backward()
         assert y.item() == 16.0 and x.grad.tolist() == [2.0] * 4
         assert np.signbit(ad.multiply(ad.asarray([1.0]), -0.0).numpy()).all()
+
+
+def test_a_kernel_out_of_memory_on_a_cached_call_is_anydevices_error(monkeypatch):
+    x = ad.ones((3, 5))
+    ad.sum(x)
+    ad.sum(x)
+    entry = _calls("sum")[dispatch._call_key((x,), {})]
+
+    def no_memory(ctx, *a, **k):
+        raise MemoryError("no room")
+
+    monkeypatch.setattr(entry, "fn", no_memory)
+    with pytest.raises(ad.OutOfMemoryError, match=r"sum\(\): cpu:0 ran out of memory for a result of shape \(\) \(float32\)"):
+        ad.sum(x)

@@ -410,9 +410,9 @@ def _hit(op, e, args, key):
             bufs = [t._buf for t in args[:n]]
             grad = any(t._node is not None for t in args[:n])
         if not grad or not op.differentiable or not _ag.is_grad_enabled():
-            return _run_direct(e, bufs)
+            return _run_direct(op, e, bufs)
         if e.record:  # a native kernel (it dispatches nothing, so no no_grad() is needed) and its node
-            result = _run_direct(e, bufs)
+            result = _run_direct(op, e, bufs)
             _record(op, [list(args[0])] if op.variadic else args[:n], e.kw, result)
             return result
     if op.variadic:
@@ -425,13 +425,23 @@ def _hit(op, e, args, key):
                    None if e.fn is not None else (key, e))
 
 
-def _run_direct(e, bufs):
+def _out_of_memory(op, device, out_shape, out_dtype, e) -> OutOfMemoryError:
+    what = ", ".join(d.name for d in out_dtype) if type(out_dtype) is tuple else (out_dtype.name if out_dtype else "?")
+    return OutOfMemoryError(f"{op.name}(): {device} ran out of memory for a result of shape {out_shape} ({what}): {e}")
+
+
+def _run_direct(op, e, bufs):
     device = e.device
-    if e.out:
-        out = device._backend.empty(device.index, e.out_shape, e.out_dtype)
-        e.fn(device._ctx, out, *bufs, **e.kw)
-    else:
-        out = e.fn(device._ctx, *bufs, **e.kw)
+    try:
+        if e.out:
+            out = device._backend.empty(device.index, e.out_shape, e.out_dtype)
+            e.fn(device._ctx, out, *bufs, **e.kw)
+        else:
+            out = e.fn(device._ctx, *bufs, **e.kw)
+    except MemoryError as err:  # as in _finish
+        if isinstance(err, OutOfMemoryError):
+            raise
+        raise _out_of_memory(op, device, e.out_shape, e.out_dtype, err) from err
     t = _new(Tensor)
     t._buf, t.shape, t.dtype, t.device, t._node = out, e.out_shape, e.out_dtype, device, None
     return t
@@ -565,9 +575,7 @@ def _finish(op, inputs, tensors, attrs, device, compute, casts, out_shape, out_d
     except MemoryError as e:  # a kernel's own allocation (numpy on cpu): anydevice's OutOfMemoryError
         if isinstance(e, OutOfMemoryError):
             raise
-        what = ", ".join(d.name for d in out_dtype) if multi else (out_dtype.name if out_dtype else "?")
-        raise OutOfMemoryError(f"{op.name}(): {device} ran out of memory for a result of shape {out_shape} "
-                               f"({what}): {e}") from e
+        raise _out_of_memory(op, device, out_shape, out_dtype, e) from e
     if multi:
         result = _wrap_outputs(result, out_shape, out_dtype, device, tensors, path == DECOMPOSED and not through_decomp)
     elif not isinstance(result, Tensor):
