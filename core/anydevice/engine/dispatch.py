@@ -235,11 +235,11 @@ def call(op, args, kwargs):
     validation worked out for the same (devices, dtypes, shapes, attribute values and types) in
     the op's call cache and goes straight to the kernel; any other call, and the first of each
     kind, takes the full path, which fills the cache when it succeeds (errors are never cached)."""
+    if op.fast and not kwargs and not _observers:
+        r = _try_fast(op, args)
+        if r is not None:
+            return r
     if not _observers and _tracer is None and not _autocast.regions[0]:
-        if op.fast and not kwargs:
-            r = _try_fast(op, args)
-            if r is not None:
-                return r
         key = _call_key(args, kwargs)
         if key is not None:
             e = op.plans.get(_CALLS, _EMPTY).get(key)
