@@ -307,7 +307,7 @@ class Executable:
             ns["_kw"], ns[f"n{k}"] = _kw, node.attrs
             extra = f", **_kw(n{k})"
         if not kern.out:
-            return [f"    {outs}{',' if len(node.outputs) > 1 else ''} = k{k}({cx}, {args}{extra})"]
+            return [f"    {outs}{',' if len(node.outputs) > 1 else ''} = k{k}({cx}{', ' if args else ''}{args}{extra})"]
         dev = s[2]
         be_name = f"e{dev.type}{dev.index}"
         ns[be_name] = dev._backend.empty

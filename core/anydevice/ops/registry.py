@@ -167,6 +167,16 @@ def get_op(name: str) -> OpDef:
     return op
 
 
+def forget_devices() -> None:
+    """Drop what every op cached per device (plans, calls, validated attributes holding devices):
+    called when the core drops its backends or devices, so no cache hands out a stale device."""
+    for op in list(_OPS.values()):
+        op.plans = {}
+        op.fast = {}
+        op.valid_cache = {}
+        op.dtype_cache = {}
+
+
 def all_ops() -> list[OpDef]:
     return [_OPS[k] for k in sorted(_OPS)]
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from anydevice.base import dtypes as _dt
 from anydevice.base.errors import DeviceUnavailableError, UnsupportedError
+from anydevice.ops import registry as _registry
 from anydevice.runtime.allocator import CachingAllocator
 from anydevice.runtime.contract import DeviceArray, KernelContext, KernelTable
 from anydevice.runtime.plugins import CONFLICT, DISABLED, FAILED, READY, REFUSED, SKIPPED, UNAVAILABLE, manager
@@ -396,6 +397,7 @@ def forget(device_type: str | None = None) -> None:
         for t in [device_type] if device_type else list(_backends) + list(_unavailable):
             _backends.pop(t, None)
             _unavailable.pop(t, None)
+    _registry.forget_devices()
 
 
 def unavailable_hint(device_type: str) -> str:
@@ -662,3 +664,4 @@ def _reset_cache() -> None:
     _cache.clear()
     _default_device.clear()
     _local.devices = None
+    _registry.forget_devices()
