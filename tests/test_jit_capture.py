@@ -97,9 +97,13 @@ def test_mlp_training_step_replays_like_eager(dev, opt, digits):
 def test_cnn_training_step_with_batchnorm_and_dropout(dev, digits):
     """Dropout draws anew at every replay (its generator advances as eager's does); BatchNorm's
     running statistics are written back."""
-    opt_of = lambda p: optim.Adam(p, lr=2e-3)
+    # A conv bias followed by BatchNorm has a gradient of pure rounding noise, which Adam turns into
+    # steps of about lr: on OpenCL, whose fused kernels round differently from its eager ones, that
+    # noise would be compared; SGD keeps it at the size of the noise.
+    opt_of = ((lambda p: optim.SGD(p, lr=0.05, momentum=0.9)) if dev.startswith("opencl")
+              else (lambda p: optim.Adam(p, lr=2e-3)))
     eager = _train(dev, cnn_digits.model, opt_of, digits, False, shape=(1, 8, 8))
-    compiled = _train(dev, cnn_digits.model, opt_of, digits, True, backend="eager", shape=(1, 8, 8))
+    compiled = _train(dev, cnn_digits.model, opt_of, digits, True, shape=(1, 8, 8))
     _compare(dev, eager, compiled)
     assert compiled[3].last_graph.random, "the dropout draw is recorded"
     assert ad.random.default_generator(dev).offset > 0
