@@ -264,7 +264,10 @@ class CachingAllocator:
     def _drain(self):
         pending, quick = self._pending, self._quick
         while pending:  # one freed chunk per op on the hot path: kept free of calls
-            chunk = pending.popleft()
+            try:
+                chunk = pending.popleft()
+            except IndexError:  # the lock-free path of allocate() in another thread took the last one
+                break
             size = chunk.size
             self.allocated -= size
             if size <= QUICK_LIMIT:
