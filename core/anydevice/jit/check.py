@@ -36,8 +36,9 @@ def _close(a: np.ndarray, e: np.ndarray, dtype) -> tuple:
     rtol, atol = tol
     a64, e64 = a.astype(np.complex128 if dtype.kind == "complex" else np.float64), e.astype(
         np.complex128 if dtype.kind == "complex" else np.float64)
-    nan = np.isnan(a64) & np.isnan(e64)
-    err = np.where(nan, 0.0, np.abs(a64 - e64))
+    nan = (np.isnan(a64) & np.isnan(e64)) | (a64 == e64)  # equal infinities too (inf - inf is NaN)
+    with np.errstate(invalid="ignore"):
+        err = np.where(nan, 0.0, np.abs(a64 - e64))
     bad = ~(err <= atol + rtol * np.abs(e64)) & ~nan
     worst = float(np.nanmax(err)) if err.size else 0.0
     return not bad.any(), f"{int(bad.sum())} of {a.size} elements beyond rtol={rtol}, atol={atol} (max |error| {worst:.3g})"
