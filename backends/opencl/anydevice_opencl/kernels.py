@@ -16,6 +16,7 @@ floating-point sums may differ in the last bits (another summation order).
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -169,29 +170,58 @@ def _items(n: int, width: int, local: int) -> int:
 def _generic(ctx, op: str, out: View, ins: list, shape) -> None:
     """``out = EXPR[op](ins)`` by the generic kernel of the signature (any layout)."""
     dts = tuple(v.dtype for v in ins)
-    code = _CODES[codegen.ewg_ops(dts, out.dtype).index(op)]
+    code = _ewg_code(dts, out.dtype, op)
     local = min(LOCAL, ctx.runtime.devices[ctx.index].max_work_group_size)
     _launch_strided(ctx, ("ewg", dts, out.dtype), [code], out, ins, shape, local, pad=True)
 
 
+@functools.cache
+def _ewg_code(ins: tuple, out: str, op: str):
+    """The op code argument of ``op`` in the generic kernel of signature ``ins -> out``."""
+    return _CODES[codegen.ewg_ops(ins, out).index(op)]
+
+
 def _launch_strided(ctx, spec, head, out: View, ins: list, shape, local: int, pad: bool) -> None:
     """Launch a strided element-wise kernel (``spec`` + ``g<rank>`` unless ``pad``, which pads
-    the collapsed dims to :data:`codegen.MAX_RANK`) once per index of dims beyond that rank."""
+    the collapsed dims to :data:`codegen.MAX_RANK`) once per index of dims beyond that rank.
+    The layout's plan (:func:`_strided_plan`) is cached per spec, shape and operand strides."""
     views = [out] + ins
+    key = (ctx.index, spec, pad, tuple(shape),
+           tuple(tuple(v.strides) if type(v.strides) is list else v.strides for v in views))
+    plan = _STRIDED.get(key)
+    if plan is None:
+        plan = _strided_plan(ctx, spec, views, shape, local, pad)
+        if len(_STRIDED) >= _STRIDED_MAX:
+            _STRIDED.clear()
+        _STRIDED[key] = plan
+    spec, lead, full, strides, tail, gsize, lsize = plan
+    for idx in itertools.product(*[range(d) for d in lead]) if lead else ((),):  # one launch per leading index
+        args = list(head)
+        for v, fs, st in zip(views, full, strides):
+            args.append(v.handle)
+            args.append(v.off + sum(i * s for i, s in zip(idx, fs)) if lead else v.off)
+            args += st
+        _launch(ctx, spec, gsize, lsize, args + tail)
+
+
+_STRIDED: dict = {}  # (device, spec, pad, shape, operand strides) -> _strided_plan
+_STRIDED_MAX = 4096
+
+
+def _strided_plan(ctx, spec, views, shape, local: int, pad: bool) -> tuple:
+    """(spec, leading dims, each operand's strides over them, each operand's strides over the
+    kernel's dims, the kernel's dims and element count, global and local sizes)."""
     dims, strides = _collapse(shape, [v.full_strides(shape) for v in views])
-    lead, dims = dims[:-codegen.MAX_RANK], dims[-codegen.MAX_RANK:]
+    nlead = max(len(dims) - codegen.MAX_RANK, 0)
+    lead, dims = dims[:nlead], dims[nlead:]
     extra = codegen.MAX_RANK - len(dims) if pad else 0
     if not pad:
         spec = spec + (f"g{len(dims)}",)
     dims = [1] * extra + dims
     n = _prod(dims)
-    for idx in itertools.product(*[range(d) for d in lead]):  # one launch per index of extra leading dims
-        args = list(head)
-        for v, st in zip(views, strides):
-            off = v.off + sum(i * s for i, s in zip(idx, st))
-            args += [v.handle, off] + [0] * extra + st[len(lead):]
-        gsize, lsize = ((-(-n // local) * local,), (local,)) if pad else codegen.grid(dims, _tile(ctx))
-        _launch(ctx, spec, gsize, lsize, args + dims + [n])
+    gsize, lsize = ((-(-n // local) * local,), (local,)) if pad else codegen.grid(dims, _tile(ctx))
+    return (spec, lead, [st[:nlead] for st in strides], [[0] * extra + st[nlead:] for st in strides],
+            dims + [n], gsize, lsize)
 
 
 def _tile(ctx) -> int:
@@ -217,8 +247,8 @@ def _materialize(ctx, a, shape, strides, off):
 
 # --- element-wise ------------------------------------------------------------------------------
 def _elementwise_kernel(op: str):
-    # (device index, first and last input dtypes, approximate) -> [spec, result DType, local size,
-    # Launcher, elements per work-item]; the op's signature fixes the other inputs' dtypes
+    # (context, first and last input dtypes, approximate) -> _EwPlan; the op's signature fixes the
+    # other inputs' dtypes
     plans: dict = {}
 
     def plan(ctx, xs, approximate):
@@ -226,39 +256,56 @@ def _elementwise_kernel(op: str):
         out_dt = codegen.ew_signature(op, xs[-1].dtype.name)[1]
         spec = ("ew", name, tuple(x.dtype.name for x in xs), out_dt, "c" * len(xs))
         local = min(LOCAL, ctx.runtime.devices[ctx.index].max_work_group_size)
-        p = plans[(ctx.index, xs[0].dtype, xs[-1].dtype, approximate)] = [spec, _DTYPES[out_dt], local, None,
-                                                                           codegen.ew_width(spec)]
+        p = plans[(ctx, xs[0].dtype, xs[-1].dtype, approximate)] = _EwPlan(spec, _DTYPES[out_dt], local)
         return p
 
     def kernel(ctx, *xs, approximate="none"):
         x0 = xs[0]
-        p = plans.get((ctx.index, x0.dtype, xs[-1].dtype, approximate)) or plan(ctx, xs, approximate)
-        spec, out_dt, local, run, width = p
+        p = plans.get((ctx, x0.dtype, xs[-1].dtype, approximate)) or plan(ctx, xs, approximate)
         shape = x0.shape
         if len(xs) == 1 or xs[1].shape == shape and (len(xs) == 2 or xs[2].shape == shape):  # one shape
-            out = ctx.empty(shape, out_dt)
+            out = ctx.empty(shape, p.out_dt)
             n = math.prod(shape)
             if n:
+                run = p.run
                 if run is None:
-                    if not _specialize(spec, n):
-                        _generic(ctx, spec[1], View.of(out), [View.of(x) for x in xs], shape)
+                    if not _specialize(p.spec, n):
+                        _generic(ctx, p.spec[1], View.of(out), [View.of(x) for x in xs], shape)
                         return out
-                    run = p[3] = ctx.runtime.programs.kernel(ctx.runtime, ctx.index, spec, ctx.device)
-                args = [out.handle, _off(out)]
+                    run = p.run = ctx.runtime.programs.kernel(ctx.runtime, ctx.index, p.spec, ctx.device)
+                b = out.block
+                args = [b.handle, (b.offset + out.offset) // out.dtype.itemsize]
                 for x in xs:
-                    args.append(x.handle)
-                    args.append(_off(x))
+                    b = x.block
+                    args.append(b.handle)
+                    args.append((b.offset + x.offset) // x.dtype.itemsize)
                 args.append(n)
-                q = ctx.stream if ctx.stream is not None else ctx.runtime.queues[ctx.index]
-                run(q, (_items(n, width, local),), (local,), args)
+                g = p.grids.get(n)
+                if g is None:
+                    g = (_items(n, p.width, p.local),)
+                    if len(p.grids) < 64:
+                        p.grids[n] = g
+                run(ctx.stream if ctx.stream is not None else ctx.runtime.queues[ctx.index], g, p.lsize, args)
             return out
         shape = _broadcast_shape([x.shape for x in xs])
-        out = ctx.empty(shape, out_dt)
-        elementwise(ctx, spec[1], View.of(out), [View.of(x, shape) for x in xs], shape)
+        out = ctx.empty(shape, p.out_dt)
+        elementwise(ctx, p.spec[1], View.of(out), [View.of(x, shape) for x in xs], shape)
         return out
 
     kernel.__name__ = f"opencl_{op}"
     return kernel
+
+
+class _EwPlan:
+    """An element-wise op's contiguous launch on one device for one signature: its spec, result
+    dtype, work-group size, Launcher (once specialized), elements per work-item, and the global
+    sizes of the element counts seen (at most 64 kept)."""
+
+    __slots__ = ("spec", "out_dt", "local", "lsize", "run", "width", "grids")
+
+    def __init__(self, spec, out_dt, local):
+        self.spec, self.out_dt, self.local, self.lsize, self.run = spec, out_dt, local, (local,), None
+        self.width, self.grids = codegen.ew_width(spec), {}
 
 
 def astype(ctx, out, x, dtype, copy=True):

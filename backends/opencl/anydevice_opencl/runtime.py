@@ -114,37 +114,35 @@ class Launcher:
     are ``long`` arguments; they and numpy scalars go in as their bytes (:data:`_SET_BYTES`: about
     50x cheaper than ``Kernel.set_arg``, which probes the type of any non-buffer argument)."""
 
-    __slots__ = ("kernel", "last", "set_bytes")
+    __slots__ = ("kernel", "last", "put", "set")
 
     def __init__(self, kernel: cl.Kernel):
         self.kernel, self.last = kernel, []
-        self.set_bytes = getattr(kernel, _SET_BYTES, None)
+        self.put, self.set = getattr(kernel, _SET_BYTES, None), kernel.set_arg
 
     def __call__(self, queue, gsize, lsize, args) -> None:
-        k, last, put = self.kernel, self.last, self.set_bytes
+        last, put = self.last, self.put
         if len(last) != len(args):
             last[:] = [None] * len(args)
         i = 0
-        for a, b in zip(args, last):
+        for a in args:
+            b = last[i]
             if a is not b:
-                t = type(a)
-                if t is int:
+                if type(a) is int:
                     if type(b) is not int or a != b:
-                        put(i, _LONG(a)) if put is not None else k.set_arg(i, np.int64(a))
+                        put(i, _LONG(a)) if put is not None else self.set(i, np.int64(a))
                         last[i] = a
-                elif t is cl.Buffer or put is None:
-                    k.set_arg(i, a)
-                    last[i] = a
                 else:
-                    put(i, a.tobytes())
+                    put(i, a.tobytes()) if put is not None and type(a) is not _BUFFER else self.set(i, a)
                     last[i] = a
             i += 1
-        cl.enqueue_nd_range_kernel(queue, k, gsize, lsize)
+        _ENQUEUE(queue, self.kernel, gsize, lsize)
 
 
 #: pyopencl's Kernel method that sets an argument from a bytes-like value (absent: ``set_arg``)
 _SET_BYTES = "_set_arg_buf"
 _LONG = struct.Struct("<q").pack
+_BUFFER, _ENQUEUE = cl.Buffer, cl.enqueue_nd_range_kernel
 
 
 class ProgramCache:
