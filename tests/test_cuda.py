@@ -355,6 +355,8 @@ def _cases():
     yield "log_softmax", [_ANY], {"axis": 0}, fl
     yield "cross_entropy", [_ANY, np.array([0, 3, 1])], {"reduction": "mean"}, fl
     yield "cross_entropy", [_ANY, np.array([0, 3, 1])], {"reduction": "none"}, ("float32",)
+    yield "cross_entropy_grad", [_ANY, np.array([0, 3, 7]), np.asarray(0.5)], {"reduction": "mean"}, fl
+    yield "cross_entropy_grad", [_ANY, np.array([0, 3, 1]), _POS[:, 0]], {"reduction": "none"}, ("float32",)
     yield "layer_norm", [_ANY, _POS[0], _ANY[0]], {"eps": 1e-5}, fl
     x4 = np.stack([_ANY, _POS])[None]  # (1, 2, 3, 4)
     yield "conv2d", [x4, np.resize(_POS, (3, 2, 2, 2))], {"padding": (1, 0, 1, 1)}, fl

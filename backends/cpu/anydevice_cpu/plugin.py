@@ -26,9 +26,11 @@ def anydevice_create_runtime(device_type):
 
 @hookimpl
 def anydevice_register_kernels(device_type, runtime, kernels):
-    from .kernels import register
+    from .kernels import _WRAP, register
+    from .kernels_train import register as register_train
 
     register(kernels)
+    register_train(kernels, _WRAP)
 
 
 @hookimpl

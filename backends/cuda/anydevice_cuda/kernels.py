@@ -390,6 +390,13 @@ def _cross_entropy(logits, labels, reduction):
     return (nll.sum() if reduction == "sum" else nll.mean()).astype(lsm.dtype)
 
 
+def _cross_entropy_grad(logits, labels, grad, reduction):
+    p = _softmax(logits, -1) - (labels[..., None] == cp.arange(logits.shape[-1])).astype(logits.dtype)
+    if reduction == "none":
+        return p * grad[..., None]
+    return p * (grad if reduction == "sum" else grad / max(labels.size, 1))
+
+
 def _layer_norm(x, weight, bias, eps):
     axes = tuple(range(x.ndim - weight.ndim, x.ndim))
     m = x.mean(axis=axes, keepdims=True)
@@ -474,7 +481,8 @@ TABLE = {
     "full": (lambda shape, fill_value, dtype: cp.full(shape, fill_value, dtype=dtype.numpy), "native"),
     "arange": (_arange, "native"), "eye": (lambda n_rows, n_cols, k, dtype: cp.eye(n_rows, n_cols, k=k, dtype=dtype.numpy), "native"),
     "linspace": (_linspace, "native"), "softmax": (_softmax, "half"), "log_softmax": (_log_softmax, "half"),
-    "cross_entropy": (_cross_entropy, "half"), "layer_norm": (_layer_norm, "half"),
+    "cross_entropy": (_cross_entropy, "half"), "cross_entropy_grad": (_cross_entropy_grad, "half"),
+    "layer_norm": (_layer_norm, "half"),
     "linear": (lambda x, w, b: cp.matmul(x, w.T) + b, "half"),
 }
 

@@ -90,7 +90,11 @@ def _propagate(n: Node, g, grads: dict) -> None:
     """Send the gradient ``g`` of node ``n``'s output to its parents (summed per parent)."""
     if type(g) is Parts:  # the node of a multi-output op: one gradient per output
         g = g.filled(xp, n.out)
-    in_grads = n.op.vjp(xp, g, n.inputs, n.out, **n.attrs)
+    vjp = n.op.vjp
+    if getattr(vjp, "partial", False):  # it skips the gradients of inputs that need none
+        in_grads = vjp(xp, g, n.inputs, n.out, needs=tuple(p is not None for p in n.parents), **n.attrs)
+    else:
+        in_grads = vjp(xp, g, n.inputs, n.out, **n.attrs)
     if not isinstance(in_grads, (tuple, list)):
         in_grads = (in_grads,)
     for p, gi, dt in zip(n.parents, in_grads, n.in_dtypes):

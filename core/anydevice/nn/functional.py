@@ -388,6 +388,11 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, i
         raise ValueError(f"cross_entropy(): label_smoothing must be a number in [0, 1], not {label_smoothing!r}")
     logits = _classes_last("cross_entropy", input)
     target = _tensor("cross_entropy", "target", target)
+    if weight is None and not label_smoothing and _fused_ce(logits, target, ignore_index):
+        try:  # one op: log_softmax and nll forward, softmax - onehot backward
+            return _api.cross_entropy(logits, target, reduction=reduction)
+        except IndexError:  # a label equal to ignore_index, or out of range: nll_loss skips or names it
+            pass
     lp = _api.log_softmax(logits, axis=-1)
     w = _class_weight("cross_entropy", lp, weight)
     c, eps = lp.shape[-1], float(label_smoothing)
@@ -412,6 +417,15 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, i
         safe = _api.where(_api.equal(target, ignore_index), _api.zeros_like(target), target)
         smooth_r = _api.sum(smooth) / _api.sum(_api.take(w, _api.reshape(safe, (-1,)), axis=0) * _api.reshape(keep, (-1,)))
     return nll * (1.0 - eps) + smooth_r * (eps / c)
+
+
+def _fused_ce(logits, target, ignore_index) -> bool:
+    """Whether the cross_entropy op computes what log_softmax and nll_loss would: class indices of
+    the logits' leading shape, and an ignore_index no label in range can equal."""
+    c = logits.shape[-1]
+    return (logits.dtype.kind == "float" and target.dtype.kind in ("int", "uint")
+            and tuple(target.shape) == tuple(logits.shape[:-1]) and isinstance(ignore_index, int)
+            and not 0 <= ignore_index < c)
 
 
 def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,

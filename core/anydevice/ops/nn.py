@@ -22,6 +22,7 @@ from anydevice.ops.registry import (
     define,
     get_op,
     normalize_axis,
+    partial_vjp,
     same,
     with_indices,
 )
@@ -96,6 +97,7 @@ define("log_softmax", inputs=("x",), attrs={"axis": Int(-1)}, dtype_rule=same("r
 
 # --- cross_entropy --------------------------------------------------------------------------------
 _ce_rule = with_indices("cross_entropy", "labels", "real_floating")
+_ceg_labels = with_indices("cross_entropy_grad", "labels", "real_floating")
 
 
 def _ce_shape(shapes, attrs):
@@ -130,11 +132,64 @@ def _ce_ref(logits, labels, reduction="mean"):
 
 def _ce_vjp(xp, g, i, o, reduction="mean"):
     logits, labels = i
+    return xp.cross_entropy_grad(logits, labels, g, reduction=reduction), None
+
+
+def _cross_entropy_grad(xp, logits, labels, g, reduction="mean"):
     p = xp.softmax(logits, axis=-1) - _onehot(xp, labels, logits.shape[-1], logits.dtype)
     if reduction == "none":
-        return p * xp.expand_dims(g, axis=-1), None
+        return p * xp.expand_dims(g, axis=-1)
     scale = g if reduction == "sum" else g / float(max(labels.size, 1))
-    return p * scale, None
+    return p * scale
+
+
+def _ceg_ref(logits, labels, g, reduction="mean"):
+    p = _softmax_ref(logits, -1)
+    p = p - (labels[..., None] == np.arange(logits.shape[-1]))
+    if reduction == "none":
+        return p * g[..., None]
+    return p * (g if reduction == "sum" else g / max(labels.size, 1))
+
+
+def _ceg_rule(ds, attrs):
+    compute, d = _ceg_labels(ds[:2], attrs)
+    if ds[2] is not d:
+        raise TypeError(f"cross_entropy_grad(): grad must have the dtype of the logits ({d.name}), got {ds[2].name}")
+    return (*compute, d), d
+
+
+_ceg_rule.category = "real_floating"
+
+
+def _per_label(name, what, x, labels, attrs) -> tuple:
+    """The labels' shape for reduction='none', else (); ValueError unless the labels have the
+    leading shape of ``x`` (..., C)."""
+    if len(x) < 1 or tuple(x[:-1]) != tuple(labels):
+        raise ValueError(f"{name}(): {what} of shape {tuple(x)} (..., C) need labels of shape "
+                         f"{tuple(x[:-1])}, got {tuple(labels)}")
+    return tuple(labels) if attrs["reduction"] == "none" else ()
+
+
+def _ceg_shape(shapes, attrs):
+    logits, labels, g = shapes
+    want = _per_label("cross_entropy_grad", "logits", logits, labels, attrs)
+    if tuple(g) != want:
+        raise ValueError(f"cross_entropy_grad(): grad of shape {tuple(g)} for reduction={attrs['reduction']!r} "
+                         f"must have shape {want}")
+    return tuple(logits)
+
+
+def _ceg_samples(d, rng):
+    from anydevice.ops.samples import Sample, values
+
+    lab = np.asarray([0, 3, 1, 4], np.int64)
+    out = [Sample([values(rng, d, (4, 5)), lab, values(rng, d, ())], {"reduction": r}, f"(4, 5), reduction={r!r}")
+           for r in ("mean", "sum")]
+    out.append(Sample([values(rng, d, (2, 3, 5)), np.asarray([[0, 1, 2], [1, 1, 4]], np.int64), values(rng, d, (2, 3))],
+                      {"reduction": "none"}, "batched, reduction='none'"))
+    out.append(Sample([values(rng, d, (3, 4)), np.asarray([-1, 4, 2], np.int64), values(rng, d, ())], {},
+                      "labels out of range have no one-hot entry"))
+    return out
 
 
 def _check_labels(xp, inputs, attrs):
@@ -148,6 +203,16 @@ define("cross_entropy", inputs=("logits", "labels"), attrs={"reduction": Choice(
        shape_rule=_ce_shape, reference=_ce_ref, vjp=_ce_vjp, decomposition=_cross_entropy, category="nn",
        domain="labels", tolerance=_TOL,
        doc="softmax cross entropy of logits (..., C) against integer labels (...)")
+define("cross_entropy_grad", inputs=("logits", "labels", "grad"),
+       attrs={"reduction": Choice("mean", ("mean", "sum", "none"))}, dtype_rule=_ceg_rule, shape_rule=_ceg_shape,
+       reference=_ceg_ref, decomposition=_cross_entropy_grad, differentiable=False, category="nn", tolerance=_TOL,
+       samples=_ceg_samples,
+       errors=[([np.zeros((2, 3), np.float32), np.asarray([0, 1], np.int64), np.ones(2, np.float32)], {}, ValueError,
+                "grad (2,) for reduction='mean'"),
+               ([np.zeros((2, 3), np.float32), np.zeros(2, np.float32), np.ones((), np.float32)], {}, TypeError,
+                "float labels")],
+       doc="the gradient of cross_entropy with respect to its logits: (softmax(logits) - onehot(labels)) times "
+           "grad (divided by the number of labels for 'mean'); a label outside [0, C) has no one-hot entry")
 
 
 # --- layer_norm / linear ----------------------------------------------------------------------------
@@ -190,8 +255,24 @@ def _lin_shape(shapes, attrs):
     return tuple(x[:-1]) + (w[0],)
 
 
+@partial_vjp
+def _linear_vjp(xp, g, i, o, needs=(True, True, True)):
+    """grad x = g @ weight, grad weight = g.T @ x (over every leading axis), grad bias = g summed
+    down to the bias' shape; only those of inputs that require a gradient."""
+    x, w, b = i
+    gx = xp.matmul(g, w) if needs[0] else None
+    gw = gb = None
+    if needs[1]:
+        g2, x2 = (g, x) if g.ndim == 2 else (xp.reshape(g, (-1, w.shape[0])), xp.reshape(x, (-1, w.shape[1])))
+        gw = xp.matmul(xp.matrix_transpose(g2), x2)
+    if needs[2]:
+        gb = xp.sum(g, axis=tuple(range(g.ndim - b.ndim))) if b.ndim else xp.sum(g)
+    return gx, gw, gb
+
+
 define("linear", inputs=("x", "weight", "bias"), dtype_rule=same("real_floating"), shape_rule=_lin_shape,
        reference=lambda x, w, b: x @ w.T + b, decomposition=lambda xp, x, w, b: xp.matmul(x, xp.matrix_transpose(w)) + b,
+       vjp=_linear_vjp,
        category="nn", tolerance={"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2)}, doc="x @ weight.T + bias, weight of shape (out, in)")
 
 
@@ -1047,12 +1128,10 @@ _nll_rule.category = "real_floating"
 
 def _nll_shape(shapes, attrs):
     lp, labels, w = shapes
-    if len(lp) < 1 or tuple(lp[:-1]) != tuple(labels):
-        raise ValueError(f"nll_loss(): log_probs of shape {tuple(lp)} (..., C) need labels of shape "
-                         f"{tuple(lp[:-1])}, got {tuple(labels)}")
+    out = _per_label("nll_loss", "log_probs", lp, labels, attrs)
     if tuple(w) != (lp[-1],):
         raise ValueError(f"nll_loss(): weight must have shape ({lp[-1]},) for {lp[-1]} classes, got {tuple(w)}")
-    return tuple(labels) if attrs["reduction"] == "none" else ()
+    return out
 
 
 def _nll_loss(xp, lp, labels, weight, ignore_index=-100, reduction="mean"):

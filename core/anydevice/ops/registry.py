@@ -13,7 +13,9 @@ An :class:`OpDef` holds everything about an op that does not depend on a device:
 - ``shape_rule(shapes, attrs) -> out_shape``: runs without computing anything (meta);
 - ``reference(*ndarrays, **attrs)``: the conformance oracle, written independently of
   every kernel and evaluated in float64 / exact integer arithmetic;
-- ``vjp(xp, g, inputs, out, **attrs) -> grads``: the gradient rule, in terms of other ops;
+- ``vjp(xp, g, inputs, out, **attrs) -> grads``: the gradient rule, in terms of other ops; one
+  marked ``vjp.partial = True`` also receives ``needs`` (one bool per input, False where the
+  input requires no gradient) and returns None for those (:func:`partial_vjp`);
 - ``outputs``: names of the outputs of a multi-output op (``("eigenvalues", "eigenvectors")``);
   then the dtype rule returns ``(compute, (dtype_1, ...))``, the shape rule, the reference and
   the decomposition a tuple, and the VJP receives ``g`` and ``out`` as tuples;
@@ -146,6 +148,13 @@ class OpDef:
         kind = "primitive" if self.primitive else "composite"
         return f"<op {self.name} ({kind}, {self.category})>"
 
+
+
+def partial_vjp(vjp: Callable) -> Callable:
+    """Mark ``vjp`` as taking ``needs=`` (one bool per input): backward() then asks it only for
+    the gradients of inputs that require one, and it returns None for the others."""
+    vjp.partial = True
+    return vjp
 
 
 def define(name: str, *, inputs=(), attrs=None, dtype_rule, shape_rule, reference, **kw) -> OpDef:

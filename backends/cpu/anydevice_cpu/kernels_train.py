@@ -1,0 +1,30 @@
+"""Native numpy kernels of the training step's fused ops: the gradient of cross entropy with
+respect to its logits in one pass (softmax, minus one at each label, times the scale)."""
+from __future__ import annotations
+
+import numpy as np
+
+_MAX, _SUM = np.maximum.reduce, np.add.reduce
+
+
+def cross_entropy_grad(logits, labels, grad, reduction):
+    c = logits.shape[-1]
+    if c == 0 or logits.size == 0:
+        return np.zeros(logits.shape, logits.dtype)
+    p = np.exp(logits - _MAX(logits, axis=-1, keepdims=True))
+    p /= _SUM(p, axis=-1, keepdims=True)
+    p = np.ascontiguousarray(p)  # logits with classes moved last keep numpy's order: rows must be a view
+    rows, lab = p.reshape(-1, c), labels.reshape(-1)
+    ok = (lab >= 0) & (lab < c)  # a label out of range has no one-hot entry
+    idx = np.arange(lab.size) if ok.all() else np.flatnonzero(ok)
+    rows[idx, lab[idx]] -= 1
+    if reduction == "none":
+        p *= grad[..., None]
+    else:
+        p *= grad if reduction == "sum" else grad / max(labels.size, 1)
+    return p
+
+
+def register(kernels, wrap) -> None:
+    """Register the kernels with the cpu backend's wrappers ``wrap`` (name -> wrapper)."""
+    kernels.register("cross_entropy_grad", wrap["half"](cross_entropy_grad))

@@ -1,0 +1,162 @@
+"""The eager training step's own rules: VJPs that skip gradients nobody needs, linear's VJP,
+cross entropy as one op in nn.functional (and its fallback to log_softmax + nll_loss), and the
+fused gradient op of cross entropy."""
+import numpy as np
+import pytest
+
+import anydevice as ad
+from anydevice import nn, optim
+from anydevice.nn import functional as F
+
+rng = np.random.default_rng(7)
+
+
+def _grads(f, *arrays, needs=None):
+    ts = [ad.asarray(a) for a in arrays]
+    for t, n in zip(ts, needs or [True] * len(ts)):
+        if n:
+            t.requires_grad_()
+    f(*ts).backward()
+    return [None if t.grad is None else t.grad.numpy() for t in ts]
+
+
+@pytest.mark.parametrize("xs,bs", [((5, 3), (4,)), ((2, 5, 3), (4,)), ((3,), (4,)), ((5, 3), ())])
+def test_linear_vjp_matches_its_decomposition(xs, bs):
+    x, w, b = rng.standard_normal(xs), rng.standard_normal((4, 3)), rng.standard_normal(bs)
+    mine = _grads(lambda x, w, b: ad.sum(ad.linear(x, w, b) ** 2.0), x, w, b)
+    ref = _grads(lambda x, w, b: ad.sum((ad.matmul(x, ad.matrix_transpose(w)) + b) ** 2.0), x, w, b)
+    for m, r, a in zip(mine, ref, (x, w, b)):
+        assert m.shape == a.shape
+        np.testing.assert_allclose(m, r, rtol=1e-12, atol=1e-12)
+
+
+def test_linear_vjp_only_for_inputs_that_need_it():
+    x, w, b = rng.standard_normal((6, 3)), rng.standard_normal((4, 3)), rng.standard_normal(4)
+    full = _grads(lambda x, w, b: ad.sum(ad.linear(x, w, b) ** 2.0), x, w, b)
+    part = _grads(lambda x, w, b: ad.sum(ad.linear(x, w, b) ** 2.0), x, w, b, needs=[False, True, False])
+    assert part[0] is None and part[2] is None
+    np.testing.assert_array_equal(part[1], full[1])
+    np.testing.assert_allclose(full[1], 2 * (x @ w.T + b).T @ x, rtol=1e-12)
+
+
+def test_partial_vjp_receives_needs():
+    from anydevice.ops.registry import get_op
+
+    assert get_op("linear").vjp.partial
+
+
+def _ce_pair(logits, labels, **kw):
+    """(fused F.cross_entropy, log_softmax + nll_loss) values and logits gradients."""
+    out = []
+    for fused in (True, False):
+        x = ad.asarray(logits).requires_grad_()
+        y = ad.asarray(labels)
+        if fused:
+            loss = F.cross_entropy(x, y, **kw)
+        else:
+            loss = F.nll_loss(F.log_softmax(x, dim=1 if x.ndim > 1 else 0), y, **kw)
+        ad.sum(loss).backward()
+        out.append((loss.numpy(), x.grad.numpy()))
+    return out
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("shape", [(8, 5), (3, 5, 4)])
+def test_cross_entropy_matches_log_softmax_nll(reduction, shape):
+    logits = rng.standard_normal(shape).astype(np.float32)
+    labels = rng.integers(0, shape[1], (shape[0],) + shape[2:])
+    (lf, gf), (ln, gn) = _ce_pair(logits, labels, reduction=reduction)
+    np.testing.assert_allclose(lf, ln, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(gf, gn, rtol=1e-5, atol=1e-6)
+
+
+def test_cross_entropy_ignore_index_still_skips():
+    logits = rng.standard_normal((6, 4)).astype(np.float32)
+    labels = np.asarray([0, -100, 3, 2, -100, 1])
+    (lf, gf), (ln, gn) = _ce_pair(logits, labels)
+    np.testing.assert_allclose(lf, ln, rtol=1e-6)
+    np.testing.assert_allclose(gf, gn, rtol=1e-5, atol=1e-7)
+    assert np.all(gf[[1, 4]] == 0)
+    keep = labels != -100
+    lsm = logits - np.log(np.exp(logits).sum(1, keepdims=True))
+    np.testing.assert_allclose(lf, -lsm[keep, labels[keep]].mean(), rtol=1e-5)
+
+
+def test_cross_entropy_ignore_index_in_range():
+    logits = rng.standard_normal((5, 3)).astype(np.float32)
+    labels = np.asarray([0, 1, 2, 1, 0])
+    (lf, _), (ln, _) = _ce_pair(logits, labels, ignore_index=1)
+    np.testing.assert_allclose(lf, ln, rtol=1e-6)
+
+
+def test_cross_entropy_bad_label_names_nll_loss_as_before():
+    x = ad.asarray(rng.standard_normal((3, 4)).astype(np.float32))
+    with pytest.raises(IndexError, match=r"nll_loss\(\): label 4 is out of range for 4 classes"):
+        F.cross_entropy(x, ad.asarray([0, 4, 1]))
+    with pytest.raises(ValueError, match="nll_loss"):
+        F.cross_entropy(x, ad.asarray([0, 1]))
+
+
+def _ce_grad_ref(logits, labels, g, reduction):
+    x = logits.astype(np.float64)
+    p = np.exp(x - x.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    p -= labels[..., None] == np.arange(x.shape[-1])
+    if reduction == "none":
+        return p * np.asarray(g, np.float64)[..., None]
+    return p * float(g) / (max(labels.size, 1) if reduction == "mean" else 1)
+
+
+@pytest.mark.parametrize("device", ["cpu", "npu"])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_grad_op(device, reduction):
+    logits = rng.standard_normal((2, 3, 5)).astype(np.float32)
+    labels = np.asarray([[0, 4, 9], [-1, 2, 1]])  # out-of-range labels have no one-hot entry
+    g = rng.standard_normal((2, 3)).astype(np.float32) if reduction == "none" else np.float32(1.5)
+    r = ad.cross_entropy_grad(ad.asarray(logits, device=device), ad.asarray(labels, device=device),
+                              ad.asarray(g, device=device), reduction=reduction)
+    assert r.shape == logits.shape and r.dtype == ad.float32
+    np.testing.assert_allclose(r.numpy(), _ce_grad_ref(logits, labels, g, reduction), rtol=1e-5, atol=1e-6)
+
+
+def test_cross_entropy_grad_errors():
+    x, y = ad.zeros((2, 3)), ad.asarray([0, 1])
+    with pytest.raises(ValueError, match=r"cross_entropy_grad\(\): grad of shape \(2,\)"):
+        ad.cross_entropy_grad(x, y, ad.ones(2))
+    with pytest.raises(TypeError, match=r"cross_entropy_grad\(\): grad must have the dtype"):
+        ad.cross_entropy_grad(x, y, ad.ones((), dtype=ad.float64))
+    with pytest.raises(TypeError, match="cross_entropy_grad"):
+        ad.cross_entropy_grad(x, ad.zeros(2), ad.ones(()))
+
+
+def test_mlp_step_trains():
+    ad.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    opt = optim.Adam(model.parameters(), lr=1e-2)
+    x = ad.asarray(rng.standard_normal((64, 16)).astype(np.float32))
+    y = ad.asarray(rng.integers(0, 4, 64))
+    losses = []
+    for _ in range(30):
+        loss = nn.CrossEntropyLoss()(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0]
+    assert model[0].weight.grad.shape == (32, 16)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+def test_cross_entropy_grad_cpu_kernel_equals_decomposition(dtype):
+    logits = rng.standard_normal((3, 5, 4)).astype(dtype)
+    x = ad.permute_dims(ad.asarray(logits), (0, 2, 1))  # classes last through a view, as nn.functional does
+    labels = ad.asarray(rng.integers(0, 5, (3, 4)))
+    g = ad.asarray(np.asarray(0.75, dtype))
+    from anydevice.engine.dispatch import xp
+    from anydevice.ops.registry import get_op
+
+    cpu = ad.cross_entropy_grad(x, labels, g)
+    decomposed = get_op("cross_entropy_grad").decomposition(xp, x, labels, g)
+    assert cpu.dtype == decomposed.dtype == x.dtype
+    np.testing.assert_allclose(cpu.numpy().astype(np.float64), decomposed.numpy().astype(np.float64),
+                               rtol=1e-2 if dtype == "float16" else 1e-6, atol=1e-3 if dtype == "float16" else 1e-7)
