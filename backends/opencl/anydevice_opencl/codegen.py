@@ -11,7 +11,8 @@ A kernel is named by a *spec*, a small tuple whose first item says what it is:
 - ``("vred", kind, dtype, "rows" | "cols")``: a vectorized sum, prod, max or min (in = out dtype);
 - ``("mm", dtype, "tiled" | "simple" | "packed")``: matmul (``"pack"``: B into column panels
   for ``"packed"``); ``("take", dtype, idx)``;
-  ``("arange", dtype, via)``; ``("philox", "uint8")`` (the random bits, compiled in a program of its own).
+  ``("arange", dtype, via)``; ``("philox", "uint8")`` (the random bits, compiled in a program of its own);
+- ``("smx", "softmax" | "log_softmax", dtype, L)``: a work-group of ``L`` per row (a program of its own).
 
 PoCL compiles a program in ~0.4 s (mostly fixed, whatever its size) and code-generates each
 kernel lazily at its first launch (~30 ms unoptimized, ~60–100 ms optimized, ~0.7 s for the tiled
@@ -608,6 +609,43 @@ def _matmul_packed(name: str, dt: str) -> str:
             f"  __global {T}* cr = c + c_o + z * M * N + r0 * N + c0;\n"
             f"  if (c0 + {W} <= N) {{\n{full}\n  }} else {{\n    {T} t[{W}];\n{part}\n  }}\n}}\n")
 
+# --- softmax / log_softmax ---------------------------------------------------------------------
+SOFTMAX_DTYPES = ("float16", "bfloat16", "float32", "float64")
+SOFTMAX_LOCAL = (1, 64)  # work-items per row: 1 for short rows, else a work-group per row
+
+
+def _softmax(name: str, kind: str, dt: str, local: int) -> str:
+    """``("smx", "softmax" | "log_softmax", dtype, L)``: one work-group of ``L`` per row, the
+    decompositions' formulas in the compute type (16-bit floats in float, rounded once on store):
+    ``m = max(x)`` (NaN wins, as the max reduction), ``s = x - m``, then ``s - log(sum(exp(s)))``
+    or ``exp(s) / sum(exp(s))``. Row ``g`` of ``K`` elements at ``x_o + (g / inner) * K * inner
+    + g % inner``, stride ``inner`` (the elements after the axis). Arguments: out, out_o, x, x_o,
+    K, inner."""
+    T, S, L = CTYPES[dt].compute, CTYPES[dt].storage, local
+    ld = load(dt, "x", "b + k * inner")
+    tree = ("  for (int w = {L} / 2; w > 0; w >>= 1) {{\n"
+            "    if (l < w) {{ {T} a = sh[l], c = sh[l + w]; sh[l] = {comb}; }}\n"
+            "    barrier(CLK_LOCAL_MEM_FENCE); }}\n")
+    last = (f"{store(dt, 'out', 'o + k * inner', '(v - m) - lse', T)}" if kind == "log_softmax"
+            else f"{store(dt, 'out', 'o + k * inner', 'exp(v - m) / tot', T)}")
+    return (f"__kernel __attribute__((reqd_work_group_size({L}, 1, 1)))\n"
+            f"void {name}(__global {S}* out, long out_o, __global const {S}* x, long x_o, long K, long inner) {{\n"
+            "  long g = get_group_id(0); int l = get_local_id(0);\n"
+            "  long r = (g / inner) * K * inner + g % inner, b = x_o + r, o = out_o + r;\n"
+            f"  __local {T} sh[{L}];\n"
+            f"  {T} m = -INFINITY;\n"
+            f"  for (long k = l; k < K; k += {L}) {{ {T} v = {ld}; m = (m >= v || isnan(m)) ? m : v; }}\n"
+            "  sh[l] = m; barrier(CLK_LOCAL_MEM_FENCE);\n"
+            + tree.format(L=L, T=T, comb="(a >= c || isnan(a)) ? a : c")
+            + "  m = sh[0]; barrier(CLK_LOCAL_MEM_FENCE);\n"
+            f"  {T} acc = 0;\n"
+            f"  for (long k = l; k < K; k += {L}) acc += exp({ld} - m);\n"
+            "  sh[l] = acc; barrier(CLK_LOCAL_MEM_FENCE);\n"
+            + tree.format(L=L, T=T, comb="a + c")
+            + f"  {T} tot = sh[0], lse = log(tot);\n"
+            f"  for (long k = l; k < K; k += {L}) {{ {T} v = {ld}; {last} }}\n}}\n")
+
+
 # --- take / arange -----------------------------------------------------------------------------
 def _take(name: str, dt: str, idx_dt: str) -> str:
     """``out[p, j, q] = x[p, idx[j] (negative: + n), q]``; an out-of-range index sets ``*bad``.
@@ -744,6 +782,8 @@ def kernel_source(spec: tuple) -> str:
         return _arange(n, *spec[1:3])
     if kind == "philox":
         return _philox(n)
+    if kind == "smx":
+        return _softmax(n, *spec[1:])
     if kind in SOURCES:
         return SOURCES[kind](n, *spec[1:])
     raise ValueError(f"unknown kernel spec {spec!r}")

@@ -394,6 +394,24 @@ def _reduce_kernel(kind: str):
     return kernel
 
 
+# --- softmax / log_softmax ---------------------------------------------------------------------
+def _softmax_kernel(kind: str):
+    def kernel(ctx, out, x, axis=-1):
+        if out.size == 0:
+            return
+        shape = tuple(x.shape) or (1,)
+        k, inner = shape[axis], _prod(shape[axis + 1:])
+        local = codegen.SOFTMAX_LOCAL[0 if k <= 64 else -1]
+        if local > ctx.runtime.devices[ctx.index].max_work_group_size:
+            local = 1
+        rows = out.size // k
+        _launch(ctx, ("smx", kind, x.dtype.name, local), (rows * local,), (local,),
+                [out.handle, _off(out), x.handle, _off(x), k, inner])
+
+    kernel.__name__ = f"opencl_{kind}"
+    return kernel
+
+
 # --- matmul ------------------------------------------------------------------------------------
 def _operand(ctx, a, shape2, batch):
     """(array, batch stride) of ``a`` read as ``batch + shape2``; a broadcast batch is materialized.
@@ -606,5 +624,7 @@ def register(kernels, runtime) -> None:
                      ("broadcast_to", broadcast_to), ("concat", concat), ("take", take),
                      ("full", full), ("arange", arange)):
         kernels.register(name, fn, out=True)
+    for kind in ("softmax", "log_softmax"):
+        kernels.register(kind, _softmax_kernel(kind), dtypes=codegen.SOFTMAX_DTYPES, out=True)
     kernels.register("philox_bits", philox_bits, dtypes=[d for d, c in codegen.CTYPES.items() if c.kind in "iu"],
                      out=True)

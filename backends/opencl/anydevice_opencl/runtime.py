@@ -136,13 +136,13 @@ class Launcher:
                     put(i, a.tobytes()) if put is not None and type(a) is not _BUFFER else self.set(i, a)
                     last[i] = a
             i += 1
-        _ENQUEUE(queue, self.kernel, gsize, lsize)
+        cl.enqueue_nd_range_kernel(queue, self.kernel, gsize, lsize)
 
 
 #: pyopencl's Kernel method that sets an argument from a bytes-like value (absent: ``set_arg``)
 _SET_BYTES = "_set_arg_buf"
 _LONG = struct.Struct("<q").pack
-_BUFFER, _ENQUEUE = cl.Buffer, cl.enqueue_nd_range_kernel
+_BUFFER = cl.Buffer
 
 
 class ProgramCache:

@@ -1,0 +1,118 @@
+"""The OpenCL softmax and log_softmax kernels (one work-group per row): results against the cpu
+backend and a float64 numpy oracle over every axis, short and long rows, the 16-bit floats and
+special values; one launch per call; the same errors as on the cpu; gradients through them."""
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+pytest.importorskip("anydevice_opencl")
+
+import anydevice as ad  # noqa: E402
+from anydevice import dispatch  # noqa: E402
+
+_reason = ("pyopencl is not installed (pip install anydevice-opencl)" if importlib.util.find_spec("pyopencl") is None
+           else ad.device.unavailable_reason("opencl"))
+pytestmark = pytest.mark.skipif(bool(_reason), reason=f"no usable OpenCL device: {_reason}")
+RNG = np.random.default_rng(11)
+FNS = {"softmax": ad.softmax, "log_softmax": ad.log_softmax}
+
+
+def _oracle(kind, x, axis):
+    x = x.astype(np.float64)
+    if x.ndim == 0:
+        s = x - x
+        return np.exp(s) / np.exp(s) if kind == "softmax" else s - np.log(np.exp(s))
+    s = x - np.max(x, axis=axis, keepdims=True)
+    lse = np.log(np.sum(np.exp(s), axis=axis, keepdims=True))
+    return np.exp(s - lse) if kind == "softmax" else s - lse
+
+
+@pytest.fixture(autouse=True)
+def _no_fallback():  # every call here runs on the device: a CPU fallback is an error
+    saved = dispatch.set_fallback_mode("error")
+    yield
+    dispatch.set_fallback_mode(saved)
+
+
+@pytest.mark.parametrize("kind", list(FNS))
+@pytest.mark.parametrize("shape,axis", [((256, 10), -1), ((4, 1000), 1), ((3, 5, 7), 1), ((3, 5, 7), 0),
+                                        ((2, 300, 3), 1), ((64,), 0), ((65,), -1), ((1, 1), 0), ((), -1)])
+def test_matches_cpu_and_oracle(kind, shape, axis):
+    x = (RNG.standard_normal(shape) * 4).astype(np.float32)
+    got = FNS[kind](ad.asarray(x, device="opencl"), axis=axis).numpy()
+    cpu = FNS[kind](ad.asarray(x), axis=axis).numpy()
+    assert got.shape == cpu.shape == x.shape and got.dtype == cpu.dtype
+    np.testing.assert_allclose(got, _oracle(kind, x, axis), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, cpu, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", list(FNS))
+@pytest.mark.parametrize("dtype,tol", [("float16", 2e-3), ("bfloat16", 1.6e-2), ("float64", 1e-12)])
+def test_other_float_dtypes(kind, dtype, tol):
+    if dtype not in ad.__array_namespace_info__().dtypes(device="opencl"):
+        pytest.skip(f"the OpenCL device has no {dtype}")
+    x = ad.astype(ad.asarray((RNG.standard_normal((33, 70)) * 3).astype(np.float32)), dtype)
+    got = FNS[kind](x.to("opencl"), axis=-1)
+    want = FNS[kind](x, axis=-1)  # the cpu: computed in float32 (float64) and rounded once
+    assert got.dtype == want.dtype
+    np.testing.assert_allclose(ad.astype(got, "float64").numpy(), ad.astype(want, "float64").numpy(),
+                               rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("kind", list(FNS))
+def test_special_values_as_on_the_cpu(kind):
+    x = np.array([[1.0, np.nan, 2.0], [-np.inf, -np.inf, -np.inf], [np.inf, 1.0, 2.0], [-np.inf, 0.0, 1.0],
+                  [1e30, -1e30, 0.0], [3.0, 3.0, 3.0]], np.float32)
+    got = FNS[kind](ad.asarray(x, device="opencl")).numpy()
+    cpu = FNS[kind](ad.asarray(x)).numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(cpu))
+    np.testing.assert_allclose(got, cpu, rtol=1e-6, atol=1e-7)
+    assert np.isnan(got[:3]).all() and not np.isnan(got[3:]).any()
+
+
+@pytest.mark.parametrize("kind", list(FNS))
+def test_one_launch_per_call(kind, monkeypatch):
+    from anydevice_opencl import kernels
+
+    seen, launch = [], kernels._launch
+    monkeypatch.setattr(kernels, "_launch", lambda ctx, spec, *a: (seen.append(spec), launch(ctx, spec, *a))[1])
+    x = ad.asarray(RNG.standard_normal((8, 200)).astype(np.float32), device="opencl")
+    FNS[kind](x, axis=-1).numpy()
+    FNS[kind](x[:, :10], axis=-1).numpy()
+    smx = [s for s in seen if s[0] == "smx"]
+    assert [s[1:] for s in smx] == [(kind, "float32", 64), (kind, "float32", 1)], seen
+
+
+@pytest.mark.parametrize("kind", list(FNS))
+@pytest.mark.parametrize("args,kw,err", [((np.zeros((3, 0), np.float32),), {"axis": 1}, ValueError),
+                                          ((np.zeros((3, 4), np.float32),), {"axis": 2}, Exception),
+                                          ((np.zeros((3, 4), np.int32),), {}, TypeError)])
+def test_errors_as_on_the_cpu(kind, args, kw, err):
+    with pytest.raises(err) as on_cpu:
+        FNS[kind](ad.asarray(args[0]), **kw)
+    with pytest.raises(type(on_cpu.value)) as on_cl:
+        FNS[kind](ad.asarray(args[0], device="opencl"), **kw)
+    assert str(on_cl.value) == str(on_cpu.value)
+
+
+def test_empty_rows_give_empty_results():
+    x = np.zeros((0, 5), np.float32)
+    for f in FNS.values():
+        got = f(ad.asarray(x, device="opencl"), axis=-1)
+        assert got.shape == (0, 5) and got.numpy().size == 0
+
+
+@pytest.mark.parametrize("kind", list(FNS))
+def test_gradient_matches_cpu(kind):
+    x = (RNG.standard_normal((16, 12)) * 2).astype(np.float32)
+    w = RNG.standard_normal((16, 12)).astype(np.float32)
+    grads = []
+    for dev in ("cpu", "opencl"):
+        t = ad.asarray(x, device=dev)
+        t.requires_grad_(True)
+        ad.sum(FNS[kind](t, axis=-1) * ad.asarray(w, device=dev)).backward()
+        grads.append(t.grad.numpy())
+    np.testing.assert_allclose(grads[1], grads[0], rtol=1e-5, atol=1e-6)
