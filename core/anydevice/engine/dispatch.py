@@ -14,6 +14,7 @@ For each (op, device, compute dtype) the first call chooses a *path* and caches 
 from __future__ import annotations
 
 import collections
+import functools
 import math
 import os
 import threading
@@ -244,7 +245,7 @@ def call(op, args, kwargs):
         if key is not None:
             e = op.plans.get(_CALLS, _EMPTY).get(key)
             if e is not None:
-                return _hit(op, e, args, key)
+                return e.run(args, key)
             inputs, attrs = _bind(op, args, kwargs)
             return apply(op, _as_tensors(op, inputs), attrs, key)
     inputs, attrs = _bind(op, args, kwargs)
@@ -257,7 +258,7 @@ def call_keyed(op, args: tuple, kwargs: dict, key):
     if key is not None and not _observers and _tracer is None and not _autocast.regions[0]:
         e = op.plans.get(_CALLS, _EMPTY).get(key)
         if e is not None:
-            return _hit(op, e, args, key)
+            return e.run(args, key)
         inputs, attrs = _bind(op, args, kwargs)
         return apply(op, _as_tensors(op, inputs), attrs, key)
     return call(op, args, kwargs)
@@ -271,7 +272,7 @@ def call_inputs(op, args: tuple):
         if key is not None:
             e = op.plans.get(_CALLS, _EMPTY).get(key)
             if e is not None:
-                return _hit(op, e, args, key)
+                return e.run(args, key)
             return apply(op, list(args), {}, key)
     return apply(op, list(args), {})
 
@@ -290,14 +291,36 @@ _SEQ_PLAIN = frozenset({type(None), bool, int, str, type(Ellipsis), _dt.DType})
 
 def _call_key(args, kwargs):
     """The cache key of a call, or None when an argument is not a plain value or a tensor."""
-    if not kwargs:  # the commonest calls, made quickly
+    if not kwargs:  # the commonest calls, made quickly: the keys the loops below make
         n = len(args)
-        if n == 1 and type(args[0]) is Tensor:
-            a = args[0]
-            return (a.device._ctx, a.dtype, a.shape)
-        if n == 2 and type(args[0]) is Tensor and type(args[1]) is Tensor:
-            a, b = args
-            return (a.device._ctx, a.dtype, a.shape, b.device._ctx, b.dtype, b.shape)
+        a = args[0] if n else None
+        if type(a) is Tensor:
+            if n == 1:
+                return (a.device._ctx, a.dtype, a.shape)
+            b = args[1]
+            tb = type(b)
+            if n == 2:
+                if tb is Tensor:
+                    return (a.device._ctx, a.dtype, a.shape, b.device._ctx, b.dtype, b.shape)
+                if tb is tuple and _SEQ_PLAIN.issuperset(ts := tuple(map(type, b))):
+                    return (a.device._ctx, a.dtype, a.shape, tb, b, ts)
+            elif n == 3 and tb is Tensor and type(c := args[2]) is Tensor:
+                return (a.device._ctx, a.dtype, a.shape, b.device._ctx, b.dtype, b.shape, c.device._ctx, c.dtype,
+                        c.shape)
+        elif n == 1 and type(a) is list and a:  # a list input (concat, stack)
+            k = [list, len(a)]
+            for x in a:
+                if type(x) is not Tensor:
+                    break
+                k += (x.device._ctx, x.dtype, x.shape)
+            else:
+                return tuple(k)
+    elif len(args) == 1 and len(kwargs) == 1 and type(args[0]) is Tensor:  # x and one attribute
+        a = args[0]
+        (name, v), = kwargs.items()
+        t = type(v)
+        if t in _KEYABLE:
+            return (a.device._ctx, a.dtype, a.shape, name, t, v)
     k = []
     for a in args:
         t = type(a)
@@ -369,7 +392,7 @@ class _Entry:
     kernel when the plan is native (and then ``kw`` the kernel's keywords)."""
 
     __slots__ = ("device", "attrs", "compute", "casts", "out_shape", "out_dtype", "fn", "out", "kw", "n", "direct",
-                 "record")
+                 "record", "run")
 
     def __init__(self, op, device, attrs, compute, casts, out_shape, out_dtype, n):
         self.device, self.attrs, self.compute, self.casts = device, attrs, compute, casts
@@ -383,6 +406,69 @@ class _Entry:
         # also when the graph is recorded, unless the op differentiates through its decomposition
         self.direct = native and casts is None and op.check is None and op.outputs is None
         self.record = self.direct and op.differentiable and (op.vjp is not None or op.decomposition is None)
+        self.run = _runner(op, self)  # run(args, key): the hit
+
+
+def _runner(op, e):
+    """The hit of entry ``e`` as one closure: for a direct returning kernel, the kernel at once
+    and the result wrapped (:func:`_hit` when the graph must be recorded); else :func:`_hit`."""
+    slow = functools.partial(_hit, op, e)
+    if not e.direct or e.out:
+        return slow
+    fn, ctx, kw, device, shape, dtype = e.fn, e.device._ctx, e.kw, e.device, e.out_shape, e.out_dtype
+    grad_on = _ag.is_grad_enabled if op.differentiable else bool  # bool(): False
+
+    def wrap(out):
+        t = _new(Tensor)
+        t._buf, t.shape, t.dtype, t.device, t._node = out, shape, dtype, device, None
+        return t
+
+    if e.n == 1 and not op.variadic:
+        def run(args, key):
+            x = args[0]
+            if x._node is not None and grad_on():
+                return slow(args, key)
+            try:
+                out = fn(ctx, x._buf, **kw)
+            except MemoryError as err:
+                raise _kernel_oom(op, e, err)  # noqa: B904 (the cause is set there)
+            t = _new(Tensor)
+            t._buf, t.shape, t.dtype, t.device, t._node = out, shape, dtype, device, None
+            return t
+    elif e.n == 2 and not op.variadic:
+        def run(args, key):
+            x, y = args[0], args[1]
+            if (x._node is not None or y._node is not None) and grad_on():
+                return slow(args, key)
+            try:
+                out = fn(ctx, x._buf, y._buf, **kw)
+            except MemoryError as err:
+                raise _kernel_oom(op, e, err)  # noqa: B904 (the cause is set there)
+            t = _new(Tensor)
+            t._buf, t.shape, t.dtype, t.device, t._node = out, shape, dtype, device, None
+            return t
+    else:
+        n = e.n
+
+        def run(args, key):
+            ts = args[0] if op.variadic else args[:n]
+            if any(t._node is not None for t in ts) and grad_on():
+                return slow(args, key)
+            bufs = ([t._buf for t in ts],) if op.variadic else [t._buf for t in ts]
+            try:
+                return wrap(fn(ctx, *bufs, **kw))
+            except MemoryError as err:
+                raise _kernel_oom(op, e, err)  # noqa: B904 (the cause is set there)
+    return run
+
+
+def _kernel_oom(op, e, err):
+    """The error for a kernel's MemoryError: itself when it is anydevice's, else an OutOfMemoryError."""
+    if isinstance(err, OutOfMemoryError):
+        return err
+    oom = _out_of_memory(op, e.device, e.out_shape, e.out_dtype, err)
+    oom.__cause__ = err  # as ``raise ... from err``
+    return oom
 
 
 def _store(op, key, entry) -> None:
@@ -943,7 +1029,13 @@ def op_function(op):
     """The public function of a registry op: binds arguments and dispatches (cached per op)."""
     fn = _functions.get(op.name)
     if fn is None:
-        def fn(*args, **kwargs):
+        def fn(*args, **kwargs):  # call()'s cache hit, one frame shallower
+            if not op.fast and not _observers and _tracer is None and not _autocast.regions[0]:
+                key = _call_key(args, kwargs)
+                if key is not None:
+                    e = op.plans.get(_CALLS, _EMPTY).get(key)
+                    if e is not None:
+                        return e.run(args, key)
             return call(op, args, kwargs)
 
         fn.__name__ = fn.__qualname__ = op.name

@@ -1,0 +1,112 @@
+"""The eager hit path: a cached call runs its entry's prebuilt closure; keys made by the quick
+forms equal the general loop's, attributes of different types stay apart, gradients are recorded
+whenever an input needs them, and bad input gets the same error on every call and device."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import anydevice as ad
+from anydevice.engine import dispatch
+
+DEVICES = ["cpu", "npu"]
+
+
+def _t(shape=(3, 4), seed=0, device="cpu", dtype=np.float32):
+    return ad.asarray(np.random.default_rng(seed).standard_normal(shape).astype(dtype), device=device)
+
+
+def _loop_key(args):
+    """The key of ``args`` as the general loop makes it: two keyword arguments take the call past
+    every quick form, and their six trailing parts are dropped."""
+    k = dispatch._call_key(args, {"p": None, "q": None})
+    return k[:-6]
+
+
+@pytest.mark.parametrize("form", ["x", "x,y", "x,shape", "c,x,y", "list", "list_of_one"])
+def test_the_quick_keys_are_the_general_loops(form):
+    x, y = _t(), _t(seed=1)
+    c = x > y
+    args = {"x": (x,), "x,y": (x, y), "x,shape": (x, (4, -1)), "c,x,y": (c, x, y), "list": ([x, y],),
+            "list_of_one": ([x],)}[form]
+    assert dispatch._call_key(args, {}) == _loop_key(args)
+
+
+def test_one_keyword_attribute_is_keyed_as_the_loop_keys_it():
+    x = _t()
+    assert dispatch._call_key((x,), {"axis": 0}) == dispatch._call_key((x,), {"axis": 0, "p": None})[:-3]
+
+
+def test_lists_that_are_not_all_tensors_are_keyed_by_the_loop_or_not_at_all():
+    x = _t()
+    assert dispatch._call_key(([x, 1.0],), {}) is None
+    assert dispatch._call_key(([],), {}) == (list, (), ())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_attributes_of_another_type_get_their_own_validation(device):
+    x = _t(device=device)
+    for _ in range(3):
+        assert ad.sum(x, axis=0).shape == (4,)
+        with pytest.raises(TypeError, match=r"sum\(\).*axis"):
+            ad.sum(x, axis=0.0)
+        assert ad.reshape(x, (4, 3)).shape == (4, 3)
+        with pytest.raises(TypeError, match=r"reshape\(\)"):
+            ad.reshape(x, (4.0, 3))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_same_errors_on_every_call(device):
+    x, y = _t(device=device), _t((3, 5), seed=1, device=device)
+    msgs = set()
+    for _ in range(3):
+        assert ad.concat([x, x]).shape == (6, 4)
+        with pytest.raises(ValueError) as e1:
+            ad.concat([x, y])
+        with pytest.raises(ValueError) as e2:
+            ad.where(x > 0, x, y)
+        with pytest.raises(TypeError) as e3:
+            ad.where(x, x, x)
+        with pytest.raises(ValueError) as e4:
+            ad.softmax(x, axis=2)
+        msgs.add((str(e1.value), str(e2.value), str(e3.value), str(e4.value)))
+    assert len(msgs) == 1
+    m1, m2, m3, m4 = msgs.pop()
+    assert "concat()" in m1 and "where" in m2 and "where()" in m3 and "softmax()" in m4
+    assert "axis" in m4
+
+
+CALLS = {
+    "one": (lambda x, y: ad.sum(x * y, axis=0), 2),
+    "two": (lambda x, y: ad.matmul(x, ad.permute_dims(y, (1, 0))), 2),
+    "three": (lambda x, y: ad.where(y > 0, x, y), 2),
+    "variadic": (lambda x, y: ad.concat([x, y]), 2),
+    "attrs": (lambda x, y: ad.softmax(x, axis=-1) * y, 2),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", sorted(CALLS))
+def test_gradients_are_recorded_after_calls_without_them(device, case):
+    f, _ = CALLS[case]
+    xn = np.random.default_rng(2).standard_normal((3, 4)).astype(np.float32)
+    y = _t(seed=3, device=device)
+    plain = ad.asarray(xn, device=device)
+    for _ in range(3):  # fills the cache with calls that record nothing
+        r = f(plain, y)
+        assert not r.requires_grad
+    x = ad.asarray(xn, device=device).requires_grad_()
+    out = f(x, y)
+    assert out.requires_grad
+    ad.sum(out).backward()
+    assert x.grad is not None and x.grad.shape == (3, 4)
+    with ad.no_grad():
+        assert not f(x, y).requires_grad
+    np.testing.assert_allclose(f(x, y).numpy(), r.numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_an_op_without_gradients_takes_the_direct_path_with_a_graph_input():
+    x = _t().requires_grad_()
+    for _ in range(3):
+        r = ad.argmax(x, axis=1)
+        assert not r.requires_grad and r.tolist() == np.argmax(x.detach().numpy(), axis=1).tolist()
