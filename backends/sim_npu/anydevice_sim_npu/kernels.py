@@ -35,6 +35,20 @@ UFUNCS = {
 }
 #: Composite ops that get a native kernel anyway because decomposing them is wasteful.
 EXTRA = ("matmul",)
+#: Composite steps of every training loop (layers, activations, losses, comparisons) with a native
+#: kernel on a type whose profile lacks no primitive: decomposed, each would cost an eager step
+#: several launches. Element-wise math composites (tanh, expm1, ...) keep decomposing: the simulated
+#: devices are where those decompositions are tested. On a type with ``missing_ops`` (xpu) every
+#: composite decomposes, as far as the dispatcher can.
+#: (Those the cpu backend has kernels for: their math is the cpu's.)
+COMMON = ("linear", "relu", "softmax", "log_softmax", "cross_entropy", "cross_entropy_grad", "mean", "var",
+          "matrix_transpose", "expand_dims", "squeeze", "logical_not")
+#: The binary ones among them, on the ufunc path of :data:`UFUNCS`.
+COMMON_UFUNCS = {
+    "greater": np.greater, "greater_equal": np.greater_equal, "less_equal": np.less_equal,
+    "not_equal": np.not_equal, "logical_and": np.logical_and, "logical_or": np.logical_or,
+    "logical_xor": np.logical_xor,
+}
 
 
 def register(kernels: KernelTable, views, missing=()) -> None:
@@ -43,15 +57,19 @@ def register(kernels: KernelTable, views, missing=()) -> None:
     from anydevice_cpu.kernels import register as cpu_register
 
     cpu_register(cpu)
-    names = [o.name for o in primitives()] + list(EXTRA) + [n for n in UFUNCS if n not in EXTRA]
+    ufuncs = UFUNCS if missing else {**UFUNCS, **COMMON_UFUNCS}
+    common = [] if missing else [n for n in COMMON if n in cpu]
+    names = [o.name for o in primitives()] + list(EXTRA) + list(ufuncs) + common
     for name in dict.fromkeys(names):
         if name in missing:
             continue
         op = get_op(name)
         if name == "reshape":
             kernels.register(name, _reshape)
-        elif name in UFUNCS:
-            kernels.register(name, _binary(op, UFUNCS[name], views))
+        elif name in ufuncs:
+            kernels.register(name, _binary(op, ufuncs[name], views))
+        elif op.outputs is None and op.inputs and not op.has_device_attr:
+            kernels.register(name, _returning(op, cpu.lookup(name, None).fn, views))
         else:
             kernels.register(name, _queued(op, cpu.lookup(name, None).fn, views), out=True)
     for name, fn in returning_kernels().items():  # optimizer updates: one kernel instead of ~30 decomposed ops
@@ -81,8 +99,10 @@ def _queued(op, fn, views):
             if key is not None:
                 if len(costs) >= 4096:
                     costs.clear()
-                t = views.tables_for((out.shape, out.dtype), *[(x.shape, x.dtype) for x in inputs])
-                cost = costs[key] = (*cost[:2], (t[0], t[1:]))
+                outs = out if type(out) is tuple else (out,)
+                t = views.tables_for(*[(o.shape, o.dtype) for o in outs], *[(x.shape, x.dtype) for x in inputs])
+                n = len(outs)
+                cost = costs[key] = (*cost[:2], (tuple(t[:n]) if type(out) is tuple else t[0], t[n:]))
         chip, stream = rt.chips[ctx.index], ctx.stream
         if (cost[1] or chip.faults
                 or not (chip.default if stream is None else stream).run_now(name, cost[0], compute, fn, name, out,
@@ -93,17 +113,97 @@ def _queued(op, fn, views):
     return kernel
 
 
+def _returning(op, fn, views):
+    """Returning kernel of a registry op with tensor inputs and one result: the result is allocated
+    here, from the allocator that holds the first input (the one ``ctx.empty`` would use), and
+    computed as :func:`_queued`'s kernels compute theirs, at once or queued.
+
+    What depends only on the inputs' shapes and dtypes and on the attributes is kept in ``plans``:
+    the result's shape, dtype and bytes (the op's shape and dtype rules, which the dispatcher
+    applied too), the modelled seconds, whether it is heavy, and the view tables of the result and
+    the inputs (emptied with ``views``).
+    """
+    name, plans = op.name, {}
+    views.plans.append(plans)
+
+    def kernel(ctx, *inputs, **attrs):
+        key = _plan_key(inputs, attrs)
+        try:
+            p = plans.get(key) if key is not None else None
+        except TypeError:  # an unhashable attribute
+            p = key = None
+        first = inputs[0]
+        if type(first) is list:
+            first = first[0]
+        if p is None:
+            p = _result_plan(ctx.runtime, op, inputs, attrs, views, key is not None and all(
+                type(x) is not list for x in inputs))
+            if key is not None:
+                if len(plans) >= 4096:
+                    plans.clear()
+                plans[key] = p
+        shape, dtype, nbytes, cost = p
+        out = _new_array(DeviceArray)
+        out.block, out.shape, out.dtype, out.offset = first.block.owner.allocate(nbytes, ctx.stream), shape, dtype, 0
+        rt, stream = ctx.runtime, ctx.stream
+        chip = rt.chips[ctx.index]
+        if (cost[1] or chip.faults
+                or not (chip.default if stream is None else stream).run_now(name, cost[0], compute, fn, name, out,
+                                                                           inputs, attrs, cost[2], views)):
+            rt.launch(ctx.index, stream, name, fn, out, inputs, attrs, op, cost)  # heavy, or the device is busy
+        return out
+
+    kernel.__name__ = f"sim_{name}"
+    return kernel
+
+
+def _result_plan(rt, op, inputs, attrs, views, tables: bool):
+    """(shape, dtype, bytes to allocate, (modelled seconds, heavy, view tables or None)) of a
+    :func:`_returning` kernel's result."""
+    shapes = [[a.shape for a in x] if type(x) is list else x.shape for x in inputs]
+    dtypes = [a.dtype for x in inputs for a in (x if type(x) is list else (x,))]
+    shape = tuple(op.shape_rule(shapes, attrs))
+    dtype = op.dtype_rule(dtypes, attrs)[1]
+    size = dtype.itemsize
+    for n in shape:
+        size *= n
+    out = _new_array(DeviceArray)
+    out.shape, out.dtype, out.offset = shape, dtype, 0
+    seconds, heavy, _ = kernel_cost(rt, op.name, op, out, inputs, attrs)
+    t = views.tables_for((shape, dtype), *[(x.shape, x.dtype) for x in inputs]) if tables else None
+    return shape, dtype, size or 1, (seconds, heavy, None if t is None else (t[0], t[1:]))
+
+
+def _plan_key(inputs, attrs):
+    """What a returning kernel's plan depends on (lists of inputs included); as :func:`_cost_key`."""
+    if len(inputs) == 1:
+        x = inputs[0]
+        if type(x) is list:
+            return (tuple([(a.shape, a.dtype) for a in x]), *attrs.items()) if attrs else (tuple([(a.shape, a.dtype) for a in x]),)
+        return (x.shape, x.dtype, *attrs.items()) if attrs else (x.shape, x.dtype)
+    key = []
+    for x in inputs:
+        if type(x) is list:
+            key.append(tuple([(a.shape, a.dtype) for a in x]))
+        else:
+            key += (x.shape, x.dtype)
+    if attrs:
+        key += attrs.items()
+    return tuple(key)
+
+
 def _cost_key(out, inputs, attrs):
-    """What a queued kernel's cost depends on; None when that is not worth building (list or
-    multi-output operands). An attribute that is not hashable makes it unusable as a key."""
-    if type(out) is tuple:
-        return None
-    if len(inputs) == 1:  # the common case, without a loop
+    """What a queued kernel's cost depends on; None when that is not worth building (list
+    operands). An attribute that is not hashable makes it unusable as a key."""
+    if type(out) is tuple:  # a multi-output op (an optimizer update)
+        key = [tuple([(o.shape, o.dtype) for o in out])]
+    elif len(inputs) == 1:  # the common case, without a loop
         x = inputs[0]
         if type(x) is list:
             return None
         return (out.shape, out.dtype, x.shape, x.dtype, *attrs.items()) if attrs else (out.shape, out.dtype, x.shape, x.dtype)
-    key = [out.shape, out.dtype]
+    else:
+        key = [out.shape, out.dtype]
     for x in inputs:
         if type(x) is list:
             return None

@@ -267,7 +267,8 @@ class SimRuntime(Runtime):
         ``out`` and ``inputs`` are DeviceArrays (or lists of them); the queued item keeps
         them alive until it has run, so their memory cannot be reused under it. ``cost`` is
         ``(modelled seconds, heavy, view tables)`` when the caller knows it (:func:`kernel_cost`;
-        the tables of the :class:`ViewCache`: ``(output's, (each input's, ...))`` or None).
+        the tables of the :class:`ViewCache`: ``(output's, (each input's, ...))``, the output's a
+        tuple of one per output for a multi-output op, or None).
         """
         chip = self.chips[index]
         if chip.faults and chip.tick("kernel"):
@@ -437,12 +438,15 @@ def compute(fn, name, out, inputs, attrs, tables, views) -> None:
     """``out[...] = fn(None, *views of inputs, **attrs)``, on whichever thread runs the stream.
     ``tables`` (see :meth:`SimRuntime.launch`) may be None."""
     multi = type(out) is tuple  # a multi-output op: one buffer per output
-    if tables is not None:  # one DeviceArray output and inputs, with their tables known
-        table, blk = tables[0], out.block
-        o = table.get(blk.handle + blk.offset + out.offset)
-        if o is None:
-            o = views.make(table, out)
+    if tables is not None:  # DeviceArray outputs and inputs, with their tables known
         cached, tabs = views.cached, tables[1]
+        if multi:
+            o = [cached(t, b) for t, b in zip(tables[0], out)]
+        else:
+            table, blk = tables[0], out.block
+            o = table.get(blk.handle + blk.offset + out.offset)
+            if o is None:
+                o = views.make(table, out)
         args = (cached(tabs[0], inputs[0]),) if len(inputs) == 1 else [cached(t, x) for t, x in zip(tabs, inputs)]
     else:
         view = views.view

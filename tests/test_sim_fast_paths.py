@@ -1,0 +1,174 @@
+"""The simulated devices' eager fast paths: native kernels of the common composites, registry
+kernels that allocate their own result, cost plans kept per shapes. Results equal the cpu
+backend's bit for bit, the modelled time is the cost model's, and bad input raises what it
+raises on the cpu."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import anydevice as ad
+from anydevice import nn
+from anydevice.nn import functional as F
+from anydevice.profiler import profile
+
+sim = pytest.importorskip("anydevice_sim_npu")
+from anydevice_sim_npu import faults  # noqa: E402
+from anydevice_sim_npu.kernels import COMMON, COMMON_UFUNCS  # noqa: E402
+
+RNG = np.random.default_rng(7)
+X = RNG.standard_normal((6, 5)).astype(np.float32)
+Y = RNG.standard_normal((6, 5)).astype(np.float32)
+W = RNG.standard_normal((3, 5)).astype(np.float32)
+B = RNG.standard_normal(3).astype(np.float32)
+LABELS = np.array([0, 2, 1, 4, 3, 0])
+
+#: name -> f(x, y, w, b, labels) over tensors of one device
+CASES = {
+    "linear": lambda x, y, w, b, t: ad.linear(x, w, b),
+    "relu": lambda x, y, w, b, t: F.relu(x),
+    "softmax": lambda x, y, w, b, t: ad.softmax(x, axis=-1),
+    "log_softmax": lambda x, y, w, b, t: ad.log_softmax(x, axis=0),
+    "cross_entropy": lambda x, y, w, b, t: F.cross_entropy(x, t),
+    "mean": lambda x, y, w, b, t: ad.mean(x, axis=1, keepdims=True),
+    "var": lambda x, y, w, b, t: ad.var(x, correction=1),
+    "matrix_transpose": lambda x, y, w, b, t: ad.matrix_transpose(x),
+    "expand_dims": lambda x, y, w, b, t: ad.expand_dims(x, axis=1),
+    "squeeze": lambda x, y, w, b, t: ad.squeeze(ad.expand_dims(x, axis=0), axis=0),
+    "greater": lambda x, y, w, b, t: x > y,
+    "greater_equal": lambda x, y, w, b, t: x >= 0.0,
+    "not_equal": lambda x, y, w, b, t: ad.not_equal(x, y[0]),
+    "logical_and": lambda x, y, w, b, t: ad.logical_and(x > 0, y > 0),
+    "logical_not": lambda x, y, w, b, t: ad.logical_not(x > y),
+    # primitives through the kernels that allocate their own result
+    "sum": lambda x, y, w, b, t: ad.sum(x, axis=0),
+    "max": lambda x, y, w, b, t: ad.max(x),
+    "permute_dims": lambda x, y, w, b, t: ad.permute_dims(x, (1, 0)),
+    "getitem": lambda x, y, w, b, t: x[1:4, ::2],
+    "concat": lambda x, y, w, b, t: ad.concat([x, y, x], axis=1),
+    "where": lambda x, y, w, b, t: ad.where(x > y, x, y),
+    "astype": lambda x, y, w, b, t: x.astype(ad.float16),
+    "exp": lambda x, y, w, b, t: ad.exp(x),
+    "matmul": lambda x, y, w, b, t: x @ ad.matrix_transpose(w),
+}
+
+
+def _run(dev, f):
+    args = [ad.asarray(v, device=dev) for v in (X, Y, W, B, LABELS)]
+    return f(*args).numpy()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("device", ["npu", "dcu", "xpu"])
+def test_results_are_the_cpu_backends_bit_for_bit(device, name):
+    want, got = _run("cpu", CASES[name]), _run(device, CASES[name])
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if device == "xpu" and name in COMMON:  # decomposed there: other roundings
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    else:
+        assert got.tobytes() == want.tobytes(), f"{name} on {device}: {got} != {want}"
+
+
+def _path(device, name):
+    with profile() as prof:
+        _run(device, CASES[name])
+    return prof[name].path
+
+
+@pytest.mark.parametrize("name", sorted(set(COMMON) | set(COMMON_UFUNCS)))
+def test_common_composites_are_native_on_npu_and_dcu_and_decompose_on_xpu(name):
+    be = {t: ad.devices.as_device(f"{t}:0")._backend for t in ("npu", "dcu", "xpu")}
+    from anydevice.runtime import KernelTable
+    from anydevice_cpu.kernels import register
+
+    cpu = KernelTable("cpu")
+    register(cpu)  # the kernels the simulated devices borrow their math from
+    if name not in cpu:
+        pytest.skip(f"the cpu backend's kernel table has no {name}")
+    assert name in be["npu"].kernels and name in be["dcu"].kernels
+    assert name not in be["xpu"].kernels  # its profile lacks primitives: composites decompose there
+    if name in CASES:
+        assert _path("npu", name) == "native"
+        assert _path("xpu", name) == "decomposed"
+
+
+def test_modelled_time_of_returning_and_multi_output_kernels_is_the_cost_model():
+    rt = ad.devices.as_device("npu:0")._backend.runtime
+    p = rt.profile
+    x = ad.ones((64, 32), device="npu:0")
+    with profile() as prof:
+        for _ in range(3):  # the first call builds the plan, the others reuse it
+            ad.sum(x, axis=0)
+            ad.permute_dims(x, (1, 0))
+    nb = (64 * 32 + 32) * 4
+    assert prof["sum"].count == 3
+    assert prof["sum"].device_time == pytest.approx(3 * (p.launch_latency + max(64 * 32 / p.peak_flops,
+                                                                                 nb / p.bandwidth)))
+    assert prof["permute_dims"].device_time == pytest.approx(3 * (p.launch_latency + 2 * 64 * 32 * 4 / p.bandwidth))
+
+
+def test_event_timeline_of_an_adam_step_is_the_sum_of_its_kernels():
+    """Adam's update (one kernel, several outputs) keeps its cost per shapes; the stream clock
+    still advances by the profiler's modelled time, step after step."""
+    from anydevice.device import Event
+
+    ad.manual_seed(0)
+    model = nn.Linear(8, 4).to("npu:2")
+    opt = ad.optim.Adam(model.parameters(), lr=1e-2)
+    x = ad.ones((5, 8), device="npu:2")
+    for _ in range(2):
+        model(x).sum().backward()
+        opt.step()
+    rt = ad.devices.as_device("npu:2")._backend.runtime
+    rt.start_trace(2)
+    for _ in range(2):
+        opt.step()
+    trace = rt.stop_trace(2)
+    upd = [(end - start) for _, name, start, end in trace if name == "adam_update"]
+    assert len(upd) == 4
+    assert upd[0] == pytest.approx(upd[2]) and upd[1] == pytest.approx(upd[3])
+    start, end = Event("npu:2"), Event("npu:2")
+    start.record()
+    opt.step()
+    end.record()
+    assert start.elapsed_time(end) == pytest.approx((upd[0] + upd[1]) * 1e3)
+
+
+def _errors(device):
+    x = ad.asarray(X, device=device)
+    out = []
+    for f in (lambda: ad.sum(x, axis=2), lambda: ad.permute_dims(x, (0, 0)), lambda: ad.concat([x, x[:, :2]]),
+              lambda: ad.linear(x, ad.asarray(W[:, :4], device=device)), lambda: ad.softmax(x, axis=3),
+              lambda: ad.squeeze(x, axis=0), lambda: F.cross_entropy(x, ad.asarray(LABELS[:5], device=device)),
+              lambda: F.cross_entropy(x, ad.asarray(LABELS + 3, device=device))):
+        with pytest.raises((ValueError, TypeError, IndexError)) as e:
+            f()
+        out.append((type(e.value), str(e.value).replace(str(x.device), "DEVICE")))
+    return out
+
+
+def test_bad_input_raises_what_the_cpu_raises():
+    want = _errors("cpu")
+    for device in ("npu", "dcu", "xpu"):
+        assert _errors(device) == want, device
+
+
+def test_a_failing_returning_kernel_is_sticky_until_reset():
+    x = ad.asarray(X, device="npu:3")
+    faults.inject("npu:3", "kernel", after=0)
+    y = ad.sum(x, axis=0)  # the kernel fails on the device; the host learns at the next sync
+    with pytest.raises(ad.DeviceError, match="injected"):
+        y.numpy()
+    faults.reset("npu:3")
+    assert ad.sum(ad.asarray(X, device="npu:3"), axis=0).numpy().tobytes() == ad.sum(ad.asarray(X), axis=0).numpy().tobytes()
+
+
+def test_results_survive_freed_memory_and_reused_chunks():
+    """Plans hold view tables; freeing device memory empties them, so later results stay right."""
+    for i in range(3):
+        a = ad.asarray(X + i, device="npu:4")
+        s = ad.sum(a, axis=1)
+        t = ad.permute_dims(a, (1, 0))
+        del a
+        assert s.numpy().tobytes() == ad.sum(ad.asarray(X + i), axis=1).numpy().tobytes()
+        assert t.numpy().tobytes() == np.ascontiguousarray((X + i).T).tobytes()
