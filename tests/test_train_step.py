@@ -160,3 +160,33 @@ def test_cross_entropy_grad_cpu_kernel_equals_decomposition(dtype):
     assert cpu.dtype == decomposed.dtype == x.dtype
     np.testing.assert_allclose(cpu.numpy().astype(np.float64), decomposed.numpy().astype(np.float64),
                                rtol=1e-2 if dtype == "float16" else 1e-6, atol=1e-3 if dtype == "float16" else 1e-7)
+
+
+_PARTIAL = {
+    "add": lambda x, y: x + y[0],
+    "multiply": lambda x, y: x * y,
+    "divide": lambda x, y: x / (y * y + 1.0),
+    "matmul": lambda x, y: x @ y,
+    "where": lambda x, y: ad.where(x > y, x, y),
+    "concat": lambda x, y: ad.concat([x, y, x], axis=0),
+    "concat(axis=None)": lambda x, y: ad.concat([y, x], axis=None),
+    "max": lambda x, y: ad.max(x * y, axis=1),
+    "var": lambda x, y: ad.var(x + y, axis=0, keepdims=True),
+    "mean": lambda x, y: ad.mean(x * y),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_PARTIAL))
+@pytest.mark.parametrize("needs", [(True, False), (False, True)])
+def test_vjps_skip_inputs_without_grad(name, needs):
+    """Each input's gradient is the same whether or not the other input requires one."""
+    f = _PARTIAL[name]
+    x, y = rng.standard_normal((3, 3)), rng.standard_normal((3, 3))
+    loss = lambda x, y: ad.sum(f(x, y) ** 2.0)  # noqa: E731
+    full = _grads(loss, x, y)
+    part = _grads(loss, x, y, needs=list(needs))
+    for p, q, n in zip(part, full, needs):
+        if n:
+            np.testing.assert_array_equal(p, q)
+        else:
+            assert p is None

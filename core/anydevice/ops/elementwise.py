@@ -17,6 +17,7 @@ from anydevice.ops.registry import (
     check_category,
     define,
     elementwise_shape,
+    partial_vjp,
     same,
     to_bool,
     to_real,
@@ -379,16 +380,22 @@ define("gelu", inputs=("x",), attrs={"approximate": Choice("none", ("none", "tan
 
 
 # --- binary primitives -----------------------------------------------------------------------
-def _vjp_add(xp, g, i, o):
-    return unbroadcast(xp, g, i[0].shape), unbroadcast(xp, g, i[1].shape)
+@partial_vjp
+def _vjp_add(xp, g, i, o, needs=(True, True)):
+    return (unbroadcast(xp, g, i[0].shape) if needs[0] else None,
+            unbroadcast(xp, g, i[1].shape) if needs[1] else None)
 
 
-def _vjp_mul(xp, g, i, o):
-    return unbroadcast(xp, g * i[1], i[0].shape), unbroadcast(xp, g * i[0], i[1].shape)
+@partial_vjp
+def _vjp_mul(xp, g, i, o, needs=(True, True)):
+    return (unbroadcast(xp, g * i[1], i[0].shape) if needs[0] else None,
+            unbroadcast(xp, g * i[0], i[1].shape) if needs[1] else None)
 
 
-def _vjp_div(xp, g, i, o):
-    return unbroadcast(xp, g / i[1], i[0].shape), unbroadcast(xp, -g * o / i[1], i[1].shape)
+@partial_vjp
+def _vjp_div(xp, g, i, o, needs=(True, True)):
+    return (unbroadcast(xp, g / i[1], i[0].shape) if needs[0] else None,
+            unbroadcast(xp, -g * o / i[1], i[1].shape) if needs[1] else None)
 
 
 def _vjp_pow(xp, g, i, o):
@@ -591,10 +598,12 @@ def _where_rule(ds, attrs):
 _where_rule.category = "all"
 
 
-def _vjp_where(xp, g, i, o):
+@partial_vjp
+def _vjp_where(xp, g, i, o, needs=(False, True, True)):
     c, x, y = i
     z = xp.zeros_like(g)
-    return None, unbroadcast(xp, xp.where(c, g, z), x.shape), unbroadcast(xp, xp.where(c, z, g), y.shape)
+    return (None, unbroadcast(xp, xp.where(c, g, z), x.shape) if needs[1] else None,
+            unbroadcast(xp, xp.where(c, z, g), y.shape) if needs[2] else None)
 
 
 define("where", inputs=("condition", "x1", "x2"), dtype_rule=_where_rule, shape_rule=_eshape("where"),

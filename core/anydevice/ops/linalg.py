@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from anydevice.base.errors import AxisError
-from anydevice.ops.registry import Int, broadcast_shapes, define, same
+from anydevice.ops.registry import Int, broadcast_shapes, define, partial_vjp, same
 
 
 def _mm_shape(shapes, attrs):
@@ -37,7 +37,8 @@ def _matmul(xp, a, b):
     return out
 
 
-def _vjp_matmul(xp, g, i, o):
+@partial_vjp
+def _vjp_matmul(xp, g, i, o, needs=(True, True)):
     from anydevice.ops.elementwise import unbroadcast
 
     a, b = i
@@ -48,13 +49,14 @@ def _vjp_matmul(xp, g, i, o):
         g2 = xp.expand_dims(g2, axis=-2)
     if b.ndim == 1:
         g2 = xp.expand_dims(g2, axis=-1)
-    ga = xp.matmul(g2, xp.matrix_transpose(b2))
-    gb = xp.matmul(xp.matrix_transpose(a2), g2)
-    if a.ndim == 1:
-        ga = xp.squeeze(ga, axis=-2)
-    if b.ndim == 1:
-        gb = xp.squeeze(gb, axis=-1)
-    return unbroadcast(xp, ga, a.shape), unbroadcast(xp, gb, b.shape)
+    ga = gb = None
+    if needs[0]:
+        ga = xp.matmul(g2, xp.matrix_transpose(b2))
+        ga = unbroadcast(xp, xp.squeeze(ga, axis=-2) if a.ndim == 1 else ga, a.shape)
+    if needs[1]:
+        gb = xp.matmul(xp.matrix_transpose(a2), g2)
+        gb = unbroadcast(xp, xp.squeeze(gb, axis=-1) if b.ndim == 1 else gb, b.shape)
+    return ga, gb
 
 
 def _flops(shapes, attrs):

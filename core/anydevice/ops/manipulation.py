@@ -25,6 +25,7 @@ from anydevice.ops.registry import (
     define,
     normalize_axes,
     normalize_axis,
+    partial_vjp,
     same,
 )
 from anydevice.ops.statistical import reduced_shape
@@ -132,20 +133,22 @@ def _concat_ref(arrays, axis):
     return np.concatenate(arrays, axis=axis)
 
 
-def _vjp_concat(xp, g, i, o, axis):
+@partial_vjp
+def _vjp_concat(xp, g, i, o, axis, needs=None):
+    needs = needs or (True,) * len(i)
     if axis is None:
         g = xp.reshape(g, (-1,))
         grads, start = [], 0
-        for x in i:
+        for x, need in zip(i, needs):
             n = x.size
-            grads.append(xp.reshape(g[start:start + n], x.shape))
+            grads.append(xp.reshape(g[start:start + n], x.shape) if need else None)
             start += n
         return tuple(grads)
     grads, start = [], 0
-    for x in i:
+    for x, need in zip(i, needs):
         idx = [slice(None)] * g.ndim
         idx[axis] = slice(start, start + x.shape[axis])
-        grads.append(g[tuple(idx)])
+        grads.append(g[tuple(idx)] if need else None)
         start += x.shape[axis]
     return tuple(grads)
 

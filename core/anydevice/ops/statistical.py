@@ -56,9 +56,15 @@ def _same_rule(cat):
 
 def expand_to(xp, g, x, axes, keepdims):
     """Broadcast a reduced gradient back to ``x``'s shape."""
-    if not keepdims:
-        g = xp.reshape(g, reduced_shape(x.shape, axes, True))
-    return xp.broadcast_to(g, x.shape)
+    return xp.broadcast_to(keep_axes(xp, g, x, axes, keepdims), x.shape)
+
+
+def keep_axes(xp, g, x, axes, keepdims):
+    """A reduced gradient with the reduced axes kept (size 1), so that it broadcasts against ``x``
+    (a 0-d one broadcasts as it is)."""
+    if keepdims or g.ndim == 0:
+        return g
+    return xp.reshape(g, reduced_shape(x.shape, axes, True))
 
 
 def _vjp_sum(xp, g, i, o, axis, keepdims, dtype=None):
@@ -72,9 +78,9 @@ def _vjp_prod(xp, g, i, o, axis, keepdims, dtype=None):
 
 def _vjp_extreme(xp, g, i, o, axis, keepdims):
     x = i[0]
-    mask = xp.astype(xp.equal(x, expand_to(xp, o, x, axis, keepdims)), g.dtype)
+    mask = xp.astype(xp.equal(x, keep_axes(xp, o, x, axis, keepdims)), g.dtype)
     count = xp.sum(mask, axis=axis, keepdims=True)
-    return (expand_to(xp, g, x, axis, keepdims) * mask / xp.broadcast_to(count, x.shape),)
+    return (mask * (keep_axes(xp, g, x, axis, keepdims) / count),)  # the ties share the gradient
 
 
 def _ref_reduce(fn):
@@ -165,7 +171,7 @@ def _mean(xp, x, axis, keepdims):
 
 
 def _vjp_mean(xp, g, i, o, axis, keepdims):
-    return (expand_to(xp, g, i[0], axis, keepdims) / float(max(_count(i[0].shape, axis), 1)),)
+    return (expand_to(xp, g / float(max(_count(i[0].shape, axis), 1)), i[0], axis, keepdims),)
 
 
 _float_rule = _same_rule("floating")
@@ -189,7 +195,7 @@ def _var_vjp(xp, g, i, o, axis, keepdims, correction=0.0):
     x = i[0]
     n = _count(x.shape, axis)
     d = x - xp.mean(x, axis=axis, keepdims=True)
-    return (expand_to(xp, g, x, axis, keepdims) * d * (2.0 / max(n - correction, 1e-300)),)
+    return (keep_axes(xp, g, x, axis, keepdims) * d * (2.0 / max(n - correction, 1e-300)),)
 
 
 def _var_ref(x, axis, keepdims, correction=0.0):
