@@ -21,18 +21,23 @@ def _toposort(root: Node) -> list:
     while stack:
         for p in stack.pop().parents:
             if p is not None:
-                if id(p) not in users:
-                    users[id(p)] = 0
+                k = id(p)
+                c = users.get(k)
+                if c is None:
+                    users[k] = 1
                     stack.append(p)
-                users[id(p)] += 1
+                else:
+                    users[k] = c + 1
     order, ready = [], [root]
     while ready:
         node = ready.pop()
         order.append(node)
         for p in node.parents:
             if p is not None:
-                users[id(p)] -= 1
-                if users[id(p)] == 0:
+                k = id(p)
+                c = users[k] - 1
+                users[k] = c
+                if not c:
                     ready.append(p)
     return order
 
@@ -62,8 +67,9 @@ def backward(tensor, grad=None, retain_graph: bool = False) -> None:
     if grad.shape != tensor.shape:
         raise ValueError(f"backward(): grad has shape {grad.shape}, the tensor has {tensor.shape}")
     order = _toposort(node)
-    used = next((n for n in order if n.op is not None and n.inputs is None), None)
-    if used is not None:
+    for used in order:
+        if used.inputs is not None or used.op is None:
+            continue
         raise RuntimeError(
             f"backward(): the graph through {used.op.name} was already used by an earlier backward(), which freed "
             "the values it saved; pass retain_graph=True to the first backward() to call it again, or compute "
