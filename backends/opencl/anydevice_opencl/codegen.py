@@ -12,7 +12,8 @@ A kernel is named by a *spec*, a small tuple whose first item says what it is:
 - ``("mm", dtype, "tiled" | "simple" | "packed")``: matmul (``"pack"``: B into column panels
   for ``"packed"``); ``("take", dtype, idx)``;
   ``("arange", dtype, via)``; ``("philox", "uint8")`` (the random bits, compiled in a program of its own);
-- ``("smx", "softmax" | "log_softmax", dtype, L)``: a work-group of ``L`` per row (a program of its own).
+- ``("smx", "softmax" | "log_softmax" | "nll" | "ceg", dtype, L[, labels])``: a work-group of ``L`` per
+  row; ``("cetot", in, out, L)``: the sum or mean of cross entropy's per-row losses (programs of their own).
 
 PoCL compiles a program in ~0.4 s (mostly fixed, whatever its size) and code-generates each
 kernel lazily at its first launch (~30 ms unoptimized, ~60–100 ms optimized, ~0.7 s for the tiled
@@ -614,22 +615,46 @@ SOFTMAX_DTYPES = ("float16", "bfloat16", "float32", "float64")
 SOFTMAX_LOCAL = (1, 64)  # work-items per row: 1 for short rows, else a work-group per row
 
 
-def _softmax(name: str, kind: str, dt: str, local: int) -> str:
-    """``("smx", "softmax" | "log_softmax", dtype, L)``: one work-group of ``L`` per row, the
-    decompositions' formulas in the compute type (16-bit floats in float, rounded once on store):
-    ``m = max(x)`` (NaN wins, as the max reduction), ``s = x - m``, then ``s - log(sum(exp(s)))``
-    or ``exp(s) / sum(exp(s))``. Row ``g`` of ``K`` elements at ``x_o + (g / inner) * K * inner
-    + g % inner``, stride ``inner`` (the elements after the axis). Arguments: out, out_o, x, x_o,
-    K, inner."""
+def _softmax(name: str, kind: str, dt: str, local: int, lab_dt: str | None = None, out_dt: str | None = None) -> str:
+    """``("smx", kind, dtype, L[, label dtype[, result dtype]])``: one work-group of ``L`` per row, the cpu's
+    formulas in the compute type (16-bit floats in float, rounded once on store): ``m = max(x)``
+    (NaN wins, as the max reduction), ``s = x - m``, ``lse = log(sum(exp(s)))``, then per kind
+
+    - ``"softmax"``: ``exp(s) / sum(exp(s))``; ``"log_softmax"``: ``s - lse``;
+    - ``"nll"``: ``out[g] = -(s[y] - lse)`` at the row's label ``y`` (NaN for a label outside
+      [0, K), which the op's check rules out before), stored as the result dtype;
+    - ``"ceg"`` (cross_entropy_grad): ``(softmax - onehot(y)) * scale``, the scale being
+      ``grad[g * gs]``, divided by ``nd`` when ``nd > 0`` (reduction 'mean').
+
+    Row ``g`` of ``K`` elements at ``x_o + (g / inner) * K * inner + g % inner``, stride ``inner``
+    (the elements after the axis). Arguments: out, out_o, x, x_o, K, inner[, lab, lab_o[, grad,
+    grad_o, gs, nd]]."""
     T, S, L = CTYPES[dt].compute, CTYPES[dt].storage, local
     ld = load(dt, "x", "b + k * inner")
     tree = ("  for (int w = {L} / 2; w > 0; w >>= 1) {{\n"
             "    if (l < w) {{ {T} a = sh[l], c = sh[l + w]; sh[l] = {comb}; }}\n"
             "    barrier(CLK_LOCAL_MEM_FENCE); }}\n")
-    last = (f"{store(dt, 'out', 'o + k * inner', '(v - m) - lse', T)}" if kind == "log_softmax"
-            else f"{store(dt, 'out', 'o + k * inner', 'exp(v - m) / tot', T)}")
+    od = out_dt or dt
+    params = f"__global {CTYPES[od].storage}* out, long out_o, __global const {S}* x, long x_o, long K, long inner"
+    if lab_dt is not None:
+        params += f", __global const {CTYPES[lab_dt].storage}* lab, long lab_o"
+    if kind == "ceg":
+        params += f", __global const {S}* gr, long gr_o, long gs, long nd"
+    if kind == "softmax":
+        last = f"  for (long k = l; k < K; k += {L}) {{ {T} v = {ld}; {store(dt, 'out', 'o + k * inner', 'exp(v - m) / tot', T)} }}\n"
+    elif kind == "log_softmax":
+        last = f"  for (long k = l; k < K; k += {L}) {{ {T} v = {ld}; {store(dt, 'out', 'o + k * inner', '(v - m) - lse', T)} }}\n"
+    elif kind == "nll":
+        last = ("  if (l == 0) { long y = (long)lab[lab_o + g]; "
+                f"{T} r = NAN; if (y >= 0 && y < K) {{ long k = y; {T} v = {ld}; r = -((v - m) - lse); }}\n"
+                f"    {store(od, 'out', 'out_o + g', 'r', T)} }}\n")
+    else:
+        last = (f"  long y = (long)lab[lab_o + g]; {T} sc = {load(dt, 'gr', 'gr_o + g * gs')};\n"
+                f"  if (nd > 0) sc = sc / ({T})nd;\n"
+                f"  for (long k = l; k < K; k += {L}) {{ {T} v = {ld}; {T} p = exp(v - m) / tot; if (k == y) p = p - ({T})1;\n"
+                f"    {store(dt, 'out', 'o + k * inner', 'p * sc', T)} }}\n")
     return (f"__kernel __attribute__((reqd_work_group_size({L}, 1, 1)))\n"
-            f"void {name}(__global {S}* out, long out_o, __global const {S}* x, long x_o, long K, long inner) {{\n"
+            f"void {name}({params}) {{\n"
             "  long g = get_group_id(0); int l = get_local_id(0);\n"
             "  long r = (g / inner) * K * inner + g % inner, b = x_o + r, o = out_o + r;\n"
             f"  __local {T} sh[{L}];\n"
@@ -642,8 +667,21 @@ def _softmax(name: str, kind: str, dt: str, local: int) -> str:
             f"  for (long k = l; k < K; k += {L}) acc += exp({ld} - m);\n"
             "  sh[l] = acc; barrier(CLK_LOCAL_MEM_FENCE);\n"
             + tree.format(L=L, T=T, comb="a + c")
-            + f"  {T} tot = sh[0], lse = log(tot);\n"
-            f"  for (long k = l; k < K; k += {L}) {{ {T} v = {ld}; {last} }}\n}}\n")
+            + f"  {T} tot = sh[0], lse = log(tot);\n" + last + "}\n")
+
+
+def _ce_total(name: str, in_dt: str, out_dt: str, local: int) -> str:
+    """``("cetot", in, out, L)``: one work-group of ``L`` sums the ``n`` per-row losses and
+    stores the sum, or the sum divided by ``n`` when ``mean``. Arguments: out, out_o, x, x_o, n, mean."""
+    T, L = CTYPES[out_dt].compute, local
+    return (f"__kernel __attribute__((reqd_work_group_size({L}, 1, 1)))\n"
+            f"void {name}(__global {CTYPES[out_dt].storage}* out, long out_o, __global const {CTYPES[in_dt].storage}* x,"
+            " long x_o, long n, long mean) {\n"
+            f"  int l = get_local_id(0); {T} acc = 0;\n"
+            f"  for (long k = l; k < n; k += {L}) acc += ({T}){load(in_dt, 'x', 'x_o + k')};\n"
+            f"  __local {T} sh[{L}]; sh[l] = acc; barrier(CLK_LOCAL_MEM_FENCE);\n"
+            f"  for (int w = {L} / 2; w > 0; w >>= 1) {{ if (l < w) sh[l] = sh[l] + sh[l + w]; barrier(CLK_LOCAL_MEM_FENCE); }}\n"
+            f"  if (l == 0) {{ {T} t = sh[0]; if (mean) t = t / ({T})n; {store(out_dt, 'out', 'out_o', 't', T)} }}\n}}\n")
 
 
 # --- take / arange -----------------------------------------------------------------------------
@@ -784,6 +822,8 @@ def kernel_source(spec: tuple) -> str:
         return _philox(n)
     if kind == "smx":
         return _softmax(n, *spec[1:])
+    if kind == "cetot":
+        return _ce_total(n, *spec[1:])
     if kind in SOURCES:
         return SOURCES[kind](n, *spec[1:])
     raise ValueError(f"unknown kernel spec {spec!r}")

@@ -394,22 +394,53 @@ def _reduce_kernel(kind: str):
     return kernel
 
 
-# --- softmax / log_softmax ---------------------------------------------------------------------
+# --- softmax / log_softmax / cross entropy -----------------------------------------------------------
+def _row_local(ctx, k: int) -> int:
+    """Work-items per row of the ``"smx"`` kernels: one for rows up to 64, else a work-group of 64."""
+    local = codegen.SOFTMAX_LOCAL[0 if k <= 64 else -1]
+    return local if local <= ctx.runtime.devices[ctx.index].max_work_group_size else 1
+
+
 def _softmax_kernel(kind: str):
     def kernel(ctx, out, x, axis=-1):
         if out.size == 0:
             return
         shape = tuple(x.shape) or (1,)
         k, inner = shape[axis], _prod(shape[axis + 1:])
-        local = codegen.SOFTMAX_LOCAL[0 if k <= 64 else -1]
-        if local > ctx.runtime.devices[ctx.index].max_work_group_size:
-            local = 1
-        rows = out.size // k
-        _launch(ctx, ("smx", kind, x.dtype.name, local), (rows * local,), (local,),
+        local = _row_local(ctx, k)
+        _launch(ctx, ("smx", kind, x.dtype.name, local), (out.size // k * local,), (local,),
                 [out.handle, _off(out), x.handle, _off(x), k, inner])
 
     kernel.__name__ = f"opencl_{kind}"
     return kernel
+
+
+def cross_entropy(ctx, out, logits, labels, reduction="mean"):
+    """Per-row losses (:func:`codegen._softmax` ``"nll"``), into ``out`` for reduction 'none',
+    else summed (and divided for 'mean') by one more launch (:func:`codegen._ce_total`)."""
+    rows, k = labels.size, logits.shape[-1]
+    dt = logits.dtype.name
+    dst = out if reduction == "none" else ctx.empty((rows,), _DTYPES[codegen.PARTIAL.get(dt, dt)])
+    if rows:
+        local = _row_local(ctx, k)
+        _launch(ctx, ("smx", "nll", dt, local, labels.dtype.name, dst.dtype.name), (rows * local,), (local,),
+                [dst.handle, _off(dst), logits.handle, _off(logits), k, 1, labels.handle, _off(labels)])
+    if reduction != "none":
+        local = _row_local(ctx, 65)
+        _launch(ctx, ("cetot", dst.dtype.name, dt, local), (local,), (local,),
+                [out.handle, _off(out), dst.handle, _off(dst), rows, int(reduction == "mean")])
+
+
+def cross_entropy_grad(ctx, out, logits, labels, grad, reduction="mean"):
+    """``(softmax(logits) - onehot(labels)) * grad`` (divided by the number of labels for
+    'mean') in one launch (:func:`codegen._softmax` ``"ceg"``)."""
+    if out.size == 0:
+        return
+    rows, k = labels.size, logits.shape[-1]
+    local = _row_local(ctx, k)
+    _launch(ctx, ("smx", "ceg", logits.dtype.name, local, labels.dtype.name), (rows * local,), (local,),
+            [out.handle, _off(out), logits.handle, _off(logits), k, 1, labels.handle, _off(labels),
+             grad.handle, _off(grad), int(reduction == "none"), max(rows, 1) if reduction == "mean" else 0])
 
 
 # --- matmul ------------------------------------------------------------------------------------
@@ -626,5 +657,7 @@ def register(kernels, runtime) -> None:
         kernels.register(name, fn, out=True)
     for kind in ("softmax", "log_softmax"):
         kernels.register(kind, _softmax_kernel(kind), dtypes=codegen.SOFTMAX_DTYPES, out=True)
+    kernels.register("cross_entropy", cross_entropy, dtypes=codegen.SOFTMAX_DTYPES, out=True)
+    kernels.register("cross_entropy_grad", cross_entropy_grad, dtypes=codegen.SOFTMAX_DTYPES, out=True)
     kernels.register("philox_bits", philox_bits, dtypes=[d for d, c in codegen.CTYPES.items() if c.kind in "iu"],
                      out=True)
