@@ -110,3 +110,79 @@ def test_an_op_without_gradients_takes_the_direct_path_with_a_graph_input():
     for _ in range(3):
         r = ad.argmax(x, axis=1)
         assert not r.requires_grad and r.tolist() == np.argmax(x.detach().numpy(), axis=1).tolist()
+
+
+# --- the cpu kernels' formulations for short rows and whole-array variances ---------------------
+def _close(op_name, got, x64, **attrs):
+    from anydevice.ops.registry import get_op
+
+    op = get_op(op_name)
+    rtol, atol = op.tolerance.get("float32", (1.3e-6, 1e-5))
+    with np.errstate(all="ignore"):
+        ref = op.reference(x64, **attrs)
+    np.testing.assert_allclose(got, ref, rtol=rtol, atol=atol, equal_nan=True)
+
+
+SHAPES = [(64, 64), (3, 1000), (8, 3, 40), (1024, 1), (2, 1025)]
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("offset", [0.0, 40.0, -300.0])
+def test_softmax_along_short_rows_matches_the_reference(name, shape, offset):
+    rng = np.random.default_rng(len(shape) + abs(int(offset)))
+    x = (rng.standard_normal(shape) * 8 + offset).astype(np.float32)
+    x[0, ..., 0] += 50  # one row far above the others: those rows take the per-row maximum
+    for xs in (x, x - x[0, ..., 0].max() + 10):
+        got = getattr(ad, name)(ad.asarray(xs), axis=-1)
+        assert got.dtype is ad.float32 and got.shape == shape
+        _close(name, got.numpy(), xs.astype(np.float64), axis=-1)
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+def test_softmax_special_values_are_the_per_row_formulas(name):
+    x = np.random.default_rng(0).standard_normal((32, 32)).astype(np.float32)
+    x[1, 3], x[4, :] = np.nan, -np.inf
+    x[7, 2], x[9, 9] = np.inf, -np.inf
+    got = getattr(ad, name)(ad.asarray(x), axis=-1).numpy()
+    _close(name, got, x.astype(np.float64), axis=-1)
+    assert np.isnan(got[1]).all() and np.isnan(got[4]).all() and np.isnan(got[7]).all()
+    assert np.isfinite(got[10]).all()
+    on_npu = getattr(ad, name)(ad.asarray(x, device="npu"), axis=-1).numpy()
+    np.testing.assert_allclose(got, on_npu, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [ad.float16, ad.bfloat16])
+def test_softmax_of_half_precision_rows(dtype):
+    x = np.random.default_rng(1).standard_normal((32, 64)).astype(np.float32)
+    got = ad.softmax(ad.asarray(x, dtype=dtype), axis=-1)
+    assert got.dtype is dtype
+    np.testing.assert_allclose(ad.astype(got, ad.float32).numpy(), ad.softmax(ad.asarray(x), axis=-1).numpy(),
+                               rtol=2e-2, atol=2e-3)
+
+
+@pytest.mark.parametrize("shape", [(64, 64), (4097,), (2, 3, 5, 7)])
+@pytest.mark.parametrize("correction", [0.0, 1.0, 2])
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_whole_array_variance(shape, correction, keepdims):
+    x = (np.random.default_rng(2).standard_normal(shape) * 3 + 100).astype(np.float32)
+    got = ad.var(ad.asarray(x), correction=correction, keepdims=keepdims)
+    assert got.dtype is ad.float32 and got.shape == ((1,) * len(shape) if keepdims else ())
+    np.testing.assert_allclose(got.numpy(), np.var(x.astype(np.float64), ddof=correction, keepdims=keepdims),
+                               rtol=1e-4, atol=1e-4)
+    npu = ad.var(ad.asarray(x, device="npu"), correction=correction, keepdims=keepdims).numpy()
+    np.testing.assert_allclose(got.numpy(), npu, rtol=1e-5)
+
+
+def test_variance_special_cases_are_numpys():
+    one = ad.asarray(np.ones(1, np.float32))
+    assert np.isnan(ad.var(one, correction=1).item())  # n - correction = 0: NaN, as np.var
+    inf = ad.asarray(np.array([1.0, np.inf, 2.0], np.float32))
+    assert np.isnan(ad.var(inf).item())
+    for v in ([2e19, -2e19] * 8, [3e38] * 16, [3e38, -3e38] * 8):  # squares overflow; the mean overflows
+        x = np.array(v, np.float32)
+        with np.errstate(all="ignore"):
+            want = np.var(x)
+        np.testing.assert_array_equal(ad.var(ad.asarray(x)).numpy(), want)
+    with pytest.raises(ValueError, match=r"var\(\)"):
+        ad.var(one, axis=3)

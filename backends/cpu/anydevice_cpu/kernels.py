@@ -157,9 +157,61 @@ def _argreduce(fn):
 _MAX, _SUM = np.maximum.reduce, np.add.reduce
 
 
+_MIN = np.minimum.reduce
+
+# numpy reduces along a short last axis slowly (a 64 x 64 row max costs four times an exp of
+# all 4096 elements). float32 softmax and log_softmax along short last rows therefore subtract
+# one maximum, the whole array's (none while it is small), and sum the rows as a matrix-vector
+# product with ones. That is the per-row formula exactly as long as no row sum is tiny, which
+# would mean a row far below the array's largest element: such calls, and NaN or infinities,
+# take the per-row maximum as before.
+_SHORT_ROW = 1024
+_FEW = 512  # below this many elements the per-row formula's fewer numpy calls cost less
+_ONES: dict = {}
+
+
+def _short_rows(x, axis):
+    """``x`` as a (rows, n) float32 matrix when ``axis`` is its last axis, rows are short, the
+    array is not tiny and its layout is C-contiguous, else None."""
+    if (x.dtype != np.float32 or axis != x.ndim - 1 or x.shape[-1] > _SHORT_ROW or x.size < _FEW
+            or not x.flags.c_contiguous):
+        return None
+    return x.reshape(-1, x.shape[-1])
+
+
+def _row_ones(n):
+    v = _ONES.get(n)
+    if v is None:
+        v = _ONES[n] = np.ones(n, np.float32)
+    return v
+
+
+def _exp_rows(x2, top, floor):
+    """``(y, e, s)``: ``y = x2 - c``, ``e = exp(y)`` and its row sums ``s``, where ``c`` is 0 when
+    x2's largest element is at most ``top`` and that element otherwise; None when that element
+    is NaN or +inf, or a row sum is below ``floor`` (a row far below the largest element)."""
+    m = _MAX(x2, axis=None) if x2.size else 0.0
+    if not m <= top:
+        if not m < np.inf:  # NaN or +inf
+            return None
+        x2 = x2 - m
+    e = np.exp(x2)
+    s = e @ _row_ones(x2.shape[1])
+    if s.size and not _MIN(s) >= floor:
+        return None
+    return x2, e, s
+
+
 def _softmax(x, axis):
     if np.ndim(x) == 0:  # 1, or NaN for NaN and ±inf
         return np.exp(x - x) / np.exp(x - x)
+    x2 = _short_rows(x, axis)
+    if x2 is not None:  # exp(x) of elements at most 60 stays finite; rows summing to 1e-30 lose nothing
+        r = _exp_rows(x2, 60.0, 1e-30)
+        if r is not None:
+            _, e, s = r
+            e /= s[:, None]
+            return e.reshape(x.shape)
     e = np.exp(x - _MAX(x, axis=axis, keepdims=True))
     e /= _SUM(e, axis=axis, keepdims=True)
     return e
@@ -168,6 +220,12 @@ def _softmax(x, axis):
 def _log_softmax(x, axis):
     if np.ndim(x) == 0:  # 0, or NaN for NaN and ±inf
         return (x - x) - np.log(np.exp(x - x))
+    x2 = _short_rows(x, axis)
+    if x2 is not None:  # |y| and |log(s)| stay below ~16 + log(n): their rounding stays below 1e-5
+        r = _exp_rows(x2, 16.0, 1e-7)
+        if r is not None:
+            y, _, s = r
+            return np.subtract(y, np.log(s)[:, None]).reshape(x.shape)
     s = x - _MAX(x, axis=axis, keepdims=True)
     return s - np.log(_SUM(np.exp(s), axis=axis, keepdims=True))
 
@@ -242,15 +300,20 @@ def _make_complex(re, im):
 
 
 def _var(x, axis, keepdims, correction):
-    return np.var(x, axis=axis, keepdims=keepdims, ddof=correction)
+    """np.var; a float32 variance of a whole contiguous array as np.var computes it (the mean,
+    the deviations, their squares summed, divided by n - correction), the sum of squares one
+    BLAS dot product instead of a multiply and a sum."""
+    n = x.size
+    if axis is not None or x.dtype != np.float32 or not n > correction or not x.flags.c_contiguous:
+        return np.var(x, axis=axis, keepdims=keepdims, ddof=correction)
+    d = np.subtract(x.reshape(-1), np.float32(_SUM(x, axis=None) / np.intp(n)))
+    v = np.dot(d, d)
+    v = v.dtype.type(v / (n - correction))
+    return np.reshape(v, (1,) * x.ndim) if keepdims else v
 
 
 def _std(x, axis, keepdims, correction):
     return np.std(x, axis=axis, keepdims=keepdims, ddof=correction)
-
-
-def _matmul(a, b):
-    return np.matmul(a, b)
 
 
 # Reductions call the ufunc's reduce, as np.sum / np.max do, without their Python layers.
@@ -379,7 +442,7 @@ _TABLE = {
     "mean": (_mean, "half"), "var": (_var, "half"),
     "std": (_std, "half"), "any": (lambda x, axis, keepdims: np.any(x, axis=axis, keepdims=keepdims), "plain"),
     "all": (lambda x, axis, keepdims: np.all(x, axis=axis, keepdims=keepdims), "plain"), "logsumexp": (_logsumexp, "half"),
-    "matmul": (_matmul, "half"), "vecdot": (lambda a, b, axis: np.sum(np.conj(a) * b, axis=axis, dtype=np.asarray(a).dtype), "half"),
+    "matmul": (np.matmul, "half"), "vecdot": (lambda a, b, axis: np.sum(np.conj(a) * b, axis=axis, dtype=np.asarray(a).dtype), "half"),
     "matrix_transpose": (lambda x: np.swapaxes(x, -1, -2), "plain"),
     "reshape": (lambda ctx, x, shape, copy=None: x.reshape(shape), "ctx"),
     "permute_dims": (lambda ctx, x, axes: x.transpose(axes), "ctx"),
