@@ -579,7 +579,18 @@ def _matmul_pack(name: str, dt: str) -> str:
             f"    else for (long j = 0; j < {W}; j++) d[j] = c0 + j < N ? s[j] : ({T})0;\n  }}\n}}\n")
 
 
-def _matmul_packed(name: str, dt: str) -> str:
+def _matmul_pack_t(name: str, dt: str) -> str:
+    """``("mm", dt, "packt")``: the panels of :func:`_matmul_pack` from B given transposed (W of
+    N×K: ``B[k, j] = W[j, k]``, as linear's weight), so ``x @ W.T`` needs no transposing copy.
+    Work-item (k, p) fills row k of panel p; global size as the pack kernel's, one batch."""
+    T, W = CTYPES[dt].storage, MM_COLS
+    return (f"__kernel void {name}(__global {T}* bp, long bp_o, __global const {T}* w, long w_o, long N, long K) {{\n"
+            f"  long k = get_global_id(0), p = get_global_id(1), c0 = p * {W}; if (k >= K) return;\n"
+            f"  __global const {T}* s = w + w_o + c0 * K + k; __global {T}* d = bp + bp_o + (p * K + k) * {W};\n"
+            f"  for (long j = 0; j < {W}; j++) d[j] = c0 + j < N ? s[j * K] : ({T})0;\n}}\n")
+
+
+def _matmul_packed(name: str, dt: str, bias: bool = False) -> str:
     """``c[z] = a[z] @ b[z]`` from B packed by :func:`_matmul_pack` (panel stride ``ps = K*W``, row
     stride ``ks = W``) or read in place when N is a multiple of W (``ps = W``, ``ks = N``).
 
@@ -588,19 +599,29 @@ def _matmul_packed(name: str, dt: str) -> str:
     (which stay in cache: A is read once, not once per panel). A work-item computes MM_ROWS rows ×
     MM_COLS columns as a register-blocked micro-kernel (one broadcast of A per row and k,
     ``vload16`` of the panel, fused multiply-adds); rows past M read row M-1 and store nothing, so
-    any shape works. Global size (group rows * P * MM_GROUP, 1, batch), groups of (MM_GROUP, 1, 1)."""
+    any shape works. Global size (group rows * P * MM_GROUP, 1, batch), groups of (MM_GROUP, 1, 1).
+    ``bias`` (``"packedb"``, linear): each result then adds ``bias[(c0 + j) * bs]`` (``bs`` 0: one
+    value for all), as a separate add would round it; extra arguments bias, bias_o, bs."""
     T, R, V, W = CTYPES[dt].storage, range(MM_ROWS), range(MM_COLS // 16), MM_COLS
     rows = "\n".join(f"  __global const {T}* a{i} = a + ab + min(r0 + {i}, M - 1) * K;" for i in R)
     acc = "\n".join(f"  {T}16 " + ", ".join(f"c{i}_{j} = 0" for j in V) + ";" for i in R)
     body = ("    " + " ".join(f"{T}16 b{j} = vload16(0, bk + {16 * j});" for j in V) + "\n"
             + "\n".join(f"    {{ {T}16 av = ({T}16)(a{i}[k]); "
                          + " ".join(f"c{i}_{j} = fma(av, b{j}, c{i}_{j});" for j in V) + " }" for i in R))
-    full = "\n".join(f"    if (r0 + {i} < M) {{ " + " ".join(f"vstore16(c{i}_{j}, 0, cr + {i} * N + {16 * j});" for j in V)
+    full = "\n".join(f"    if (r0 + {i} < M) {{ " + " ".join(f"vstore16(c{i}_{j}{' + v' + str(j) if bias else ''}, 0, cr + {i} * N + {16 * j});"
+                                                         for j in V)
                       + " }" for i in R)
     part = "\n".join(f"    if (r0 + {i} < M) {{ " + " ".join(f"vstore16(c{i}_{j}, 0, t + {16 * j});" for j in V)
-                      + f" for (long j = 0; j < N - c0; j++) cr[{i} * N + j] = t[j]; }}" for i in R)
+                      + f" for (long j = 0; j < N - c0; j++) cr[{i} * N + j] = t[j]{' + bv[(c0 + j) * bs]' if bias else ''}; }}"
+                      for i in R)
+    if bias:
+        full = ("    " + " ".join(f"{T}16 v{j} = bs ? vload16(0, bv + c0 + {16 * j}) : ({T}16)(bv[0]);" for j in V)
+                + "\n" + full)
+    extra = f", __global const {T}* bias, long bias_o, long bs" if bias else ""
+    head = f"  __global const {T}* bv = bias + bias_o;\n" if bias else ""
     return (f"__kernel void {name}(__global {T}* c, long c_o, __global const {T}* a, long a_o,\n"
-            f"       __global const {T}* bp, long bp_o, long M, long N, long K, long sa, long sb, long ps, long ks) {{\n"
+            f"       __global const {T}* bp, long bp_o, long M, long N, long K, long sa, long sb, long ps, long ks{extra}) {{\n"
+            + head +
             f"  long P = (N + {W - 1}) / {W}, gr = get_group_id(0), p = gr % P, z = get_global_id(2), c0 = p * {W};\n"
             f"  long r0 = ((gr / P) * {MM_GROUP} + get_local_id(0)) * {MM_ROWS};\n"
             "  if (r0 >= M) return;\n"
@@ -812,7 +833,9 @@ def kernel_source(spec: tuple) -> str:
     if kind == "vred":
         return _vreduction(n, *spec[1:])
     if kind == "mm":
-        return {"simple": _matmul_simple, "tiled": _matmul, "pack": _matmul_pack,
+        if spec[2] == "packedb":
+            return _matmul_packed(n, spec[1], bias=True)
+        return {"simple": _matmul_simple, "tiled": _matmul, "pack": _matmul_pack, "packt": _matmul_pack_t,
                 "packed": _matmul_packed}[spec[2]](n, spec[1])
     if kind == "take":
         return _take(n, *spec[1:3])
@@ -897,7 +920,7 @@ def family(dt: str, fp64: bool) -> frozenset:
     if dt != "bool":
         specs.append(("mm", dt, "tiled"))
     if dt == "float32":  # (float64 stays tiled: double8/16 trip PoCL's x86 ABI handling without AVX-512)
-        specs += [("mm", dt, "pack"), ("mm", dt, "packed")]
+        specs += [("mm", dt, "pack"), ("mm", dt, "packed"), ("mm", dt, "packt"), ("mm", dt, "packedb")]
     return frozenset(specs + _take_arange(dt, fp64))
 
 

@@ -521,6 +521,36 @@ def matmul(ctx, out, a, b) -> None:
     _launch(ctx, ("mm", dt, "tiled"), gsize, (16, 16, 1), args)
 
 
+def linear(ctx, out, x, w, b):
+    """``x @ w.T + b``. float32 work worth specializing: W packed straight from its transpose
+    (:func:`codegen._matmul_pack_t`), then the packed matmul adding the bias as it stores (two
+    launches); otherwise the decomposition's kernels (transposing copy, matmul, broadcast add).
+    float32 and float64 only: 16-bit floats decompose in float32 and round once."""
+    if out.size == 0:
+        return
+    n, k = w.shape
+    m = out.size // n
+    cap = ctx.runtime.devices[ctx.index].max_work_group_size
+    if (x.dtype.name == "float32" and k and cap >= codegen.MM_PACK_GROUP
+            and _specialize(("mm", "float32", "packed"), m * n * k)):
+        panels, lk, g = -(-n // codegen.MM_COLS), codegen.MM_PACK_GROUP, codegen.MM_GROUP
+        bp = ctx.empty((panels * k * codegen.MM_COLS,), x.dtype)
+        _launch(ctx, ("mm", "float32", "packt"), (-(-k // lk) * lk, panels), (lk, 1),
+                [bp.handle, _off(bp), w.handle, _off(w), n, k])
+        blocks = -(-m // codegen.MM_ROWS)
+        grid = (-(-blocks // g) * panels * g, 1, 1)
+        _launch(ctx, ("mm", "float32", "packedb"), grid, (g, 1, 1),
+                [out.handle, _off(out), x.handle, _off(x), bp.handle, _off(bp), m, n, k, 0, 0, k * codegen.MM_COLS,
+                 codegen.MM_COLS, b.handle, _off(b), len(b.shape)])
+        return
+    wt = ctx.empty((k, n), w.dtype)
+    permute_dims(ctx, wt, w, (1, 0))
+    mm = ctx.empty(tuple(out.shape), out.dtype)
+    matmul(ctx, mm, x, wt)
+    shape = tuple(out.shape)
+    elementwise(ctx, "add", View.of(out), [View.of(mm, shape), View.of(b, shape)], shape)
+
+
 # --- movement ----------------------------------------------------------------------------------
 def reshape(ctx, x, shape, copy=None):
     return x.view(tuple(shape))
@@ -650,6 +680,7 @@ def register(kernels, runtime) -> None:
         kernels.register(kind, _reduce_kernel(kind), dtypes=dts, out=True)
     kernels.register("astype", astype, dtypes=list(codegen.CTYPES), out=True)
     kernels.register("matmul", matmul, dtypes=[d for d in codegen.CTYPES if d != "bool"], out=True)
+    kernels.register("linear", linear, dtypes=["float32", "float64"], out=True)  # 16-bit: decomposed in float32
     kernels.register("reshape", reshape, out=False)
     for name, fn in (("getitem", getitem), ("setitem", setitem), ("permute_dims", permute_dims),
                      ("broadcast_to", broadcast_to), ("concat", concat), ("take", take),
