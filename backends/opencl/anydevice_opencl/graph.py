@@ -11,6 +11,7 @@ and complex values are left to the planned executor, as are nodes without an exp
 """
 from __future__ import annotations
 
+import hashlib
 import re
 
 import numpy as np
@@ -25,6 +26,8 @@ from .runtime import BUILD_OPTIONS, Launcher
 DTYPES = frozenset(d for d, c in codegen.CTYPES.items() if c.kind in "biuf" and d not in ("float16", "bfloat16"))
 LOCAL = 128  # work-items per group of an element-wise chain
 RED_LOCAL = 64  # work-items per output element of a reduction over many elements
+RED_SPLIT = 64  # ... when it has fewer output elements than this (else a work-item per output element)
+_NAME = "@KERNEL@"  # the kernel's name in its source until the source is named by its digest
 _ARG = re.compile(r"\bx(\d)\b")
 
 
@@ -110,35 +113,60 @@ def _convert(dt: str, e: str) -> str:
     return f"({codegen.CTYPES[dt].storage})({e})"
 
 
-def _index(strides, coords) -> str:
-    terms = [f"{c} * {s}L" for c, s in zip(coords, strides) if s]
+def _index(coords, strides, arg) -> str:
+    """The offset of coordinates ``coords`` with the nonzero ``strides``, each a kernel argument
+    named by ``arg(d, stride)``."""
+    terms = [f"{c} * {arg(d, s)}" for d, (c, s) in enumerate(zip(coords, strides)) if s]
     return " + ".join(terms) or "0"
 
 
 class Program:
-    """The source of one chain's kernel and how to launch it."""
+    """The source of one chain's kernel and how to launch it. Sizes and strides are ``long``
+    arguments (:attr:`scalars`, in order), so chains of one structure (ops, dtypes, rank, which
+    inputs broadcast along which dims, reduced dims) share one source; the kernel is named by a
+    digest of it."""
 
-    def __init__(self, chain, name: str):
-        self.chain, self.name = chain, name
+    def __init__(self, chain):
+        self.chain = chain
         shape = chain.shape
         red = chain.reduction
         self.n = int(np.prod(shape, dtype=np.int64)) if shape else 1
-        self.inputs = [v for v in chain.inputs]
+        self.inputs = list(chain.inputs)
         self.outputs = list(chain.outputs)
+        self.scalars: dict = {}  # argument name -> value
+        self.grid = None  # (last dim, the one before, the product of the others) of a 3-d launch
         if red is not None:
             axes = reduce_axes(red)
             kept = [d for d in range(len(shape)) if d not in axes]
             self.m = int(np.prod([shape[d] for d in kept], dtype=np.int64)) if kept else 1
             self.k = int(np.prod([shape[d] for d in axes], dtype=np.int64)) if axes else 1
-            self.local = RED_LOCAL if self.k >= 4 * RED_LOCAL else 1
+            # a work-group per output when there are few outputs to share a long reduction; else a work-item
+            self.local = RED_LOCAL if self.k >= 4 * RED_LOCAL and self.m < RED_SPLIT else 1
             self.axes, self.kept = axes, kept
-        self.source = self._source()
+        body = self._source()
+        self.name = "fused_" + hashlib.sha256(body.encode()).hexdigest()[:20]
+        self.source = body.replace(_NAME, self.name)
+
+    def _arg(self, name: str, value: int) -> str:
+        self.scalars[name] = int(value)
+        return name
+
+    def _coords(self, prefix: str, dims, shape, var: str, indent: str, sizes: str) -> list:
+        """Statements splitting ``var`` into coordinates ``prefix{d}`` of ``dims`` (last fastest)."""
+        out, dims = [], list(dims)
+        for j, d in enumerate(reversed(dims)):
+            if j == len(dims) - 1:
+                out.append(f"{indent}long {prefix}{d} = {var};")
+            else:
+                s = self._arg(f"{sizes}{d}", shape[d])
+                out.append(f"{indent}long {prefix}{d} = {var} % {s}; {var} /= {s};")
+        return out
 
     # the per-element body: loads of the inputs it reads, one statement per node
-    def _body(self, coords, lin, indent="  ", nodes=None, shape=None, names=None) -> tuple[list, list, dict]:
+    def _body(self, coords, lin, indent="  ", nodes=None, shape=None, names=None, tag="a") -> tuple[list, list, dict]:
         """Statements computing ``nodes`` (default: the element-wise nodes before the reduction) at
         coordinates ``coords`` of ``shape`` (linear index ``lin``), and the stores of the values
-        among them that leave the chain."""
+        among them that leave the chain; ``tag`` names the stride arguments of this context."""
         shape = self.chain.shape if shape is None else shape
         nodes = self.chain.elementwise if nodes is None else nodes
         names, lines = dict(names or {}), []
@@ -149,7 +177,10 @@ class Program:
                 if k is None or v.id in names:
                     continue
                 dt = v.dtype.name
-                idx = lin if tuple(v.shape) == tuple(shape) else _index(_bstrides(v.shape, shape), coords)
+                if tuple(v.shape) == tuple(shape):
+                    idx = lin
+                else:
+                    idx = _index(coords, _bstrides(v.shape, shape), lambda d, s, k=k: self._arg(f"p{k}_{tag}{d}", s))
                 names[v.id] = f"i{k}"
                 lines.append(f"{indent}{codegen.CTYPES[dt].storage} i{k} = {codegen.load(dt, f'p{k}', f'p{k}_o + ' + idx)};")
             ins, out = _signature(node, True)
@@ -177,19 +208,37 @@ class Program:
         ps = [f"__global {codegen.CTYPES[o.dtype.name].storage}* q{j}, long q{j}_o" for j, o in enumerate(self.outputs)]
         ps += [f"__global const {codegen.CTYPES[v.dtype.name].storage}* p{k}, long p{k}_o"
                for k, v in enumerate(self.inputs)]
+        ps += [f"long {s}" for s in self.scalars]
         return ", ".join(ps)
 
     def _source(self) -> str:
         shape, nd = self.chain.shape, len(self.chain.shape)
         coords = [f"c{d}" for d in range(nd)]
-        if self.chain.reduction is None:
-            head = [f"__kernel void {self.name}({self._params()}) {{",
-                    f"  long i = get_global_id(0); if (i >= {self.n}L) return;", "  long r = i;"]
-            for d in reversed(range(nd)):
-                head.append(f"  long c{d} = r % {shape[d]}L; r /= {shape[d]}L;")
-            lines, stores, _ = self._body(coords, "i")
-            return "\n".join(head + lines + stores) + "\n}\n"
-        return self._reduction_source(shape, coords)
+        if self.chain.reduction is not None:
+            return self._reduction_source(shape, coords)
+        if nd >= 2 and any(tuple(v.shape) != tuple(shape) for v in self.inputs):
+            return self._grid_source(shape, coords)
+        n = self._arg("size_n", self.n)
+        lines, stores, _ = self._body(coords, "i")
+        head = [f"  long i = get_global_id(0); if (i >= {n}) return;"] + (["  long c0 = i;"] if nd == 1 else [])
+        return f"__kernel void {_NAME}({self._params()}) {{\n" + "\n".join(head + lines + stores) + "\n}\n"
+
+    def _grid_source(self, shape, coords) -> str:
+        """A chain that reads some input broadcast: a 2-d or 3-d launch gives the coordinates of
+        the last two dims (no division by a size that is not a constant); dims before them share
+        the third (split by division when there are several)."""
+        nd = len(shape)
+        s1, s2 = self._arg(f"s{nd - 1}", shape[nd - 1]), self._arg(f"s{nd - 2}", shape[nd - 2])
+        head = [f"  long c{nd - 1} = get_global_id(0); if (c{nd - 1} >= {s1}) return;",
+                f"  long c{nd - 2} = get_global_id(1);"]
+        row = f"c{nd - 2}"
+        if nd > 2:
+            head += ["  long r = get_global_id(2);"] + self._coords("c", range(nd - 2), shape, "r", "  ", "s")
+            row = f"(get_global_id(2) * {s2} + c{nd - 2})"
+        head.append(f"  long i = {row} * {s1} + c{nd - 1};")
+        self.grid = (shape[-1], shape[-2], int(np.prod(shape[:-2], dtype=np.int64)))
+        lines, stores, _ = self._body(coords, "i")
+        return f"__kernel void {_NAME}({self._params()}) {{\n" + "\n".join(head + lines + stores) + "\n}\n"
 
     def _reduction_source(self, shape, coords) -> str:
         red, L = self.chain.reduction, self.local
@@ -205,19 +254,17 @@ class Program:
         if ct.kind not in "f" and kind in codegen._COMBINE_INT:
             comb = codegen._COMBINE_INT[kind]
         ident = ident.format(lo=ct.lo, hi=ct.hi)
+        m, k = self._arg("size_m", self.m), self._arg("size_k", self.k)
+        if L > 1:  # a work-group of L per output element, a tree over its partial results
+            head = ["  long g = get_group_id(0); int l = get_local_id(0);", f"  {T} acc = ({T})({ident});", "  long r = g;"]
+            loop = f"  for (long kk = l; kk < {k}; kk += {L}) {{"
+        else:  # a work-item per output element
+            head = [f"  long g = get_global_id(0); if (g >= {m}) return;", f"  {T} acc = ({T})({ident});", "  long r = g;"]
+            loop = f"  for (long kk = 0; kk < {k}; kk++) {{"
+        head += self._coords("c", self.kept, shape, "r", "  ", "s") if self.kept else []
+        head += [loop, "    long s = kk;"] + self._coords("c", self.axes, shape, "s", "    ", "s")
         cs = _cstrides(shape)
-        head = [f"__kernel __attribute__((reqd_work_group_size({L}, 1, 1)))",
-                f"void {self.name}({self._params()}) {{",
-                "  long g = get_group_id(0); int l = get_local_id(0);",
-                f"  {T} acc = ({T})({ident});", "  long r = g;"]
-        for d in reversed(self.kept):
-            head.append(f"  long c{d} = r % {shape[d]}L; r /= {shape[d]}L;")
-        head.append(f"  for (long kk = l; kk < {self.k}L; kk += {L}) {{")
-        head.append("    long s = kk;")
-        for d in reversed(self.axes):
-            head.append(f"    long c{d} = s % {shape[d]}L; s /= {shape[d]}L;")
-        lin = _index(cs, coords)
-        head.append(f"    long i = {lin};")
+        head.append(f"    long i = {_index(coords, cs, lambda d, s: self._arg(f't{d}', s))};")
         lines, stores, names = self._body(coords, "i", "    ")
         src = red.inputs[0]
         x = names[src.id] if src.dtype.name == acc_dt else _convert(acc_dt, names[src.id])
@@ -227,29 +274,32 @@ class Program:
             tail += [f"  __local {T} sh[{L}]; sh[l] = acc; barrier(CLK_LOCAL_MEM_FENCE);",
                      f"  for (int w = {L} / 2; w > 0; w >>= 1) {{",
                      f"    if (l < w) {{ {T} a = sh[l], b = sh[l + w]; sh[l] = ({T})({comb}); }}",
-                     "    barrier(CLK_LOCAL_MEM_FENCE); }", "  acc = sh[0];"]
-        res = f"acc / ({T}){self.k}" if red.op.name == "mean" else "acc"
+                     "    barrier(CLK_LOCAL_MEM_FENCE); }", "  acc = sh[0];", "  if (l != 0) return;"]
+        res = f"acc / ({T}){k}" if red.op.name == "mean" else "acc"
         ro = red.outputs[0]
-        tail.append("  if (l != 0) return;")
         tail.append(f"  {codegen.CTYPES[out_dt].storage} v{ro.id} = {_convert(out_dt, res)};")
         j = self.outputs.index(ro) if ro in self.outputs else None
         if j is not None:
             tail.append(f"  {codegen.store(out_dt, f'q{j}', f'q{j}_o + g', f'v{ro.id}')}")
         if self.chain.epilogue:  # element-wise work on the result, at its coordinates
             rshape = tuple(ro.shape)
-            tail.append("  r = g;")
-            for d in reversed(range(len(rshape))):
-                tail.append(f"  long e{d} = r % {rshape[d]}L; r /= {rshape[d]}L;")
-            lines, stores, _ = self._body([f"e{d}" for d in range(len(rshape))], "g", "  ", self.chain.epilogue,
-                                          rshape, {ro.id: f"v{ro.id}"})
+            ecoords = [f"e{d}" for d in range(len(rshape))]
+            lines, stores, _ = self._body(ecoords, "g", "  ", self.chain.epilogue, rshape, {ro.id: f"v{ro.id}"}, "e")
+            tail += ["  r = g;"] + self._coords("e", range(len(rshape)), rshape, "r", "  ", "es")
             tail += lines + stores
-        return "\n".join(head + body + tail) + "\n}\n"
+        attr = f"__attribute__((reqd_work_group_size({L}, 1, 1))) " if L > 1 else ""
+        return (f"__kernel {attr}void {_NAME}({self._params()}) {{\n" + "\n".join(head + body + tail) + "\n}\n")
 
     def launch_size(self, cap: int) -> tuple:
-        if self.chain.reduction is not None:
+        if self.chain.reduction is not None and self.local > 1:
             return (self.m * self.local,), (self.local,)
         local = min(LOCAL, cap)
-        return (-(-self.n // local) * local,), (local,)
+        if self.grid is not None:  # the last dim padded to work-groups no wider than it needs
+            last, rows, rest = self.grid
+            local = min(local, 1 << (last - 1).bit_length())
+            return (-(-last // local) * local, rows, rest), (local, 1, 1)
+        n = self.m if self.chain.reduction is not None else self.n
+        return (-(-n // local) * local,), (local,)
 
 
 def _off(a) -> int:
@@ -258,30 +308,57 @@ def _off(a) -> int:
 
 class FusedKernel:
     """``executable(ctx, buffers) -> buffers`` of one chain: allocates the outputs, one launch.
-    The program of the graph is built at the first run (on the device that runs it)."""
+    The kernel is built at the first run (on the device that runs it)."""
 
     def __init__(self, program: Program, built):
         self.program, self.built = program, built
         self.launcher = self.gsize = self.lsize = None
         self.outs = [(tuple(o.shape), o.dtype) for o in program.outputs]
+        self.scalars = list(program.scalars.values())
         self.__name__ = program.name
 
     def __call__(self, ctx, buffers):
         rt = ctx.runtime
         if self.launcher is None:
             self.gsize, self.lsize = self.program.launch_size(rt.devices[ctx.index].max_work_group_size)
-            self.launcher = Launcher(cl.Kernel(self.built(ctx), self.program.name))
+            self.launcher = Launcher(cl.Kernel(self.built(ctx, self.program.name), self.program.name))
         outs = [ctx.empty(s, d) for s, d in self.outs]
         args = []
         for o in outs:
             args += [o.handle, _off(o)]
         for b in buffers:
             args += [b.handle, _off(b)]
-        self.launcher(rt.queue(ctx.index, ctx.stream), self.gsize, self.lsize, args)
+        self.launcher(rt.queue(ctx.index, ctx.stream), self.gsize, self.lsize, args + self.scalars)
         return outs
 
 
-_counter = [0]
+def _builder(runtime, programs: list):
+    """``built(ctx, name) -> cl.Program`` holding kernel ``name``: the first call on a device
+    builds, in ONE program, every kernel of ``programs`` the device does not hold yet (kernels
+    are kept in the runtime's program cache by name, i.e. by source: a chain of the same structure
+    in another graph or variant, at any shape, reuses the build; PoCL's own cache keeps it across
+    processes, the source being the same)."""
+    cache = runtime.programs
+
+    def built(ctx, name):
+        key = (ctx.index, ("fused", name))
+        prg = cache.programs.get(key)
+        if prg is not None:
+            return prg
+        with cache._lock:
+            todo = {p.name: p.source for p in programs if (ctx.index, ("fused", p.name)) not in cache.programs}
+            if todo:
+                exprs = " ".join(todo.values())
+                helpers = [codegen._helpers(exprs, t) for t in sorted({c.compute for c in codegen.CTYPES.values()})]
+                head = ["#pragma OPENCL EXTENSION cl_khr_fp64 : enable"] if runtime.has_fp64(ctx.index) else []
+                head.append("#pragma OPENCL FP_CONTRACT OFF")  # as separate launches: no fused multiply-add
+                src = "\n".join(head + [h for h in helpers if h] + [todo[n] for n in sorted(todo)])
+                prg = cache._program(runtime, ctx.index, src, BUILD_OPTIONS, ctx.device)
+                for n in todo:
+                    cache.programs[(ctx.index, ("fused", n))] = prg
+        return cache.programs[key]
+
+    return built
 
 
 def compile_graph(device_type, runtime, graph, kernels):
@@ -290,20 +367,6 @@ def compile_graph(device_type, runtime, graph, kernels):
     found = chains(graph, _accept(True), _accept_reduction(True), device_type=device_type, epilogue=True)
     if not found:
         return None
-    _counter[0] += 1
-    programs = [Program(ch, f"fused{_counter[0]}_{k}") for k, ch in enumerate(found)]
-    exprs = " ".join(p.source for p in programs)
-    helpers = [codegen._helpers(exprs, t) for t in sorted({c.compute for c in codegen.CTYPES.values()})]
-    body = [h for h in helpers if h] + [p.source for p in programs]
-    cache: dict = {}
-
-    def built(ctx):
-        prg = cache.get(ctx.index)
-        if prg is None:
-            head = ["#pragma OPENCL EXTENSION cl_khr_fp64 : enable"] if runtime.has_fp64(ctx.index) else []
-            head.append("#pragma OPENCL FP_CONTRACT OFF")  # as separate launches: no fused multiply-add
-            src = "\n".join(head + body)
-            prg = cache[ctx.index] = runtime.programs._program(runtime, ctx.index, src, BUILD_OPTIONS, ctx.device)
-        return prg
-
+    programs = [Program(ch) for ch in found]
+    built = _builder(runtime, programs)
     return [(p.chain.ids, FusedKernel(p, built)) for p in programs]
