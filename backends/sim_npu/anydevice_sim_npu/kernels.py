@@ -17,9 +17,9 @@ import numpy as np
 from anydevice.ops.registry import broadcast_shapes, get_op, primitives
 from anydevice.runtime import DeviceArray, KernelTable
 from anydevice_cpu.kernels import power
-from anydevice_cpu.kernels_optim import returning_kernels
+from anydevice_cpu.kernels_optim import array_kernels
 
-from .runtime import compute, kernel_cost
+from .runtime import Into, compute, kernel_cost
 from .streams import HEAVY_BYTES
 
 _new_array = object.__new__  # a DeviceArray without __init__, as the core's allocating path makes them
@@ -51,12 +51,103 @@ COMMON_UFUNCS = {
 }
 
 
+def _unary(ufunc):
+    def into(out, x):
+        ufunc(x, out=out)
+
+    return into
+
+
+def _linear(out, x, w, b):
+    np.matmul(x, w.T, out=out)
+    np.add(out, b, out=out)
+
+
+def _astype_into(out, x, dtype, copy=True):
+    np.copyto(out, x, casting="unsafe")
+
+
+#: Rows (and columns) of one tile of a blocked transpose: a plain strided copy of a large matrix
+#: misses the cache on every element it writes; tiles of this size stay in it.
+TILE = 64
+
+
+def _swap_last(out, x):
+    """``out[...] = swapaxes(x, -1, -2)``, tile by tile when the matrices are large."""
+    n = x.shape[-2]
+    if n <= TILE or x.shape[-1] <= TILE:
+        out[...] = np.swapaxes(x, -1, -2)
+        return
+    for i in range(0, n, TILE):
+        out[..., i:i + TILE] = np.swapaxes(x[..., i:i + TILE, :], -1, -2)
+
+
+def _permute_into(out, x, axes):
+    if len(axes) >= 2 and axes[-1] == len(axes) - 2 and axes[-2] == len(axes) - 1 and \
+            all(a == i for i, a in enumerate(axes[:-2])):
+        _swap_last(out, x)
+    else:
+        out[...] = x.transpose(axes)
+
+
+_ZERO = {}
+
+
+def _relu(out, x):
+    z = _ZERO.get(x.dtype)
+    if z is None:
+        z = _ZERO[x.dtype] = np.zeros((), x.dtype)
+    np.maximum(x, z, out=out)
+
+
+#: Kernels that write their result straight into device memory (:class:`~anydevice_sim_npu.runtime.Into`)
+#: instead of returning a temporary that is then copied there: the same numpy calls as the cpu
+#: backend's kernels, with ``out=`` (so the same bits). Used for every dtype but float16 and
+#: bfloat16 (the cpu's kernels compute those in float32), and ``astype`` only where it is a plain
+#: cast (not float to integer, which the cpu truncates first).
+INTO = {
+    "matmul": lambda out, a, b: np.matmul(a, b, out=out), "linear": _linear, "relu": _relu,
+    **{name: _unary(f) for name, f in {
+        "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "negative": np.negative, "abs": np.abs,
+        "sin": np.sin, "cos": np.cos, "floor": np.floor, "logical_not": np.logical_not}.items()},
+    "astype": _astype_into, "matrix_transpose": _swap_last, "permute_dims": _permute_into,
+}
+
+
+def _labels_in_range(fn):
+    """cross_entropy's cpu kernel, for which a label outside the classes counts as class 0 instead
+    of raising. Eager calls never pass one (the op's value check raises first); a replayed graph
+    reads its checks' flags after running and discards what ran, but a device kernel that raised
+    would leave its device in the error state."""
+    def kernel(ctx, logits, labels, **attrs):
+        try:
+            return fn(ctx, logits, labels, **attrs)
+        except IndexError:
+            c = logits.shape[-1]
+            return fn(ctx, logits, np.where((labels >= 0) & (labels < c), labels, 0), **attrs)
+
+    return kernel
+
+
+#: Registry kernels the simulated devices wrap: the cpu's, made total over their inputs' values.
+TOTAL = {"cross_entropy": _labels_in_range}
+
+
+def _into(name, fn, into, out_dtype, in_dtypes, attrs):
+    """The kernel a plan runs: ``Into(into)`` where it computes what ``fn`` computes, else ``fn``."""
+    if into is None or any(d.name in ("float16", "bfloat16") for d in (out_dtype, *in_dtypes)):
+        return fn
+    if name == "astype" and out_dtype.kind in ("int", "uint") and in_dtypes[0].kind == "float":
+        return fn
+    return Into(into)
+
+
 def register(kernels: KernelTable, views, missing=()) -> None:
     """Fill ``kernels`` (of one runtime, whose :class:`~anydevice_sim_npu.runtime.ViewCache` is ``views``)."""
     cpu = KernelTable("cpu")
-    from anydevice_cpu.kernels import register as cpu_register
+    from anydevice_cpu.plugin import anydevice_register_kernels as cpu_register
 
-    cpu_register(cpu)
+    cpu_register("cpu", None, cpu)  # every kernel the cpu backend has (its hook ignores the runtime)
     ufuncs = UFUNCS if missing else {**UFUNCS, **COMMON_UFUNCS}
     common = [] if missing else [n for n in COMMON if n in cpu]
     names = [o.name for o in primitives()] + list(EXTRA) + list(ufuncs) + common
@@ -69,21 +160,24 @@ def register(kernels: KernelTable, views, missing=()) -> None:
         elif name in ufuncs:
             kernels.register(name, _binary(op, ufuncs[name], views))
         elif op.outputs is None and op.inputs and not op.has_device_attr:
-            kernels.register(name, _returning(op, cpu.lookup(name, None).fn, views))
+            fn = cpu.lookup(name, None).fn
+            kernels.register(name, _returning(op, TOTAL[name](fn) if name in TOTAL else fn, views, INTO.get(name)))
         else:
             kernels.register(name, _queued(op, cpu.lookup(name, None).fn, views), out=True)
-    for name, fn in returning_kernels().items():  # optimizer updates: one kernel instead of ~30 decomposed ops
-        kernels.register(name, _queued(get_op(name), fn, views), out=True)
+    for name, fn in array_kernels(np).items():  # optimizer updates: one kernel instead of ~30 decomposed ops
+        kernels.register(name, _queued(get_op(name), None, views, Into(fn)), out=True)
 
 
-def _queued(op, fn, views):
+def _queued(op, fn, views, into=None):
     """``out=True`` kernel: ``out[...] = fn(views of inputs)`` on the current stream, at once when
     it is light and the device idle (:meth:`~anydevice_sim_npu.streams.SimStream.run_now`), else queued.
 
     The kernel's cost (modelled seconds, heavy) depends only on the shapes and dtypes of its
     buffers and on its attributes: it is kept in ``costs``, with the view tables of the output
-    and the inputs (emptied with ``views``).
+    and the inputs (emptied with ``views``). ``into`` (an :class:`~anydevice_sim_npu.runtime.Into`
+    computing what ``fn`` computes, or None) is run instead of ``fn`` for every dtype.
     """
+    fn = fn if into is None else into
     name, costs = op.name, {}
     views.plans.append(costs)
 
@@ -113,15 +207,16 @@ def _queued(op, fn, views):
     return kernel
 
 
-def _returning(op, fn, views):
+def _returning(op, fn, views, into=None):
     """Returning kernel of a registry op with tensor inputs and one result: the result is allocated
     here, from the allocator that holds the first input (the one ``ctx.empty`` would use), and
     computed as :func:`_queued`'s kernels compute theirs, at once or queued.
 
     What depends only on the inputs' shapes and dtypes and on the attributes is kept in ``plans``:
     the result's shape, dtype and bytes (the op's shape and dtype rules, which the dispatcher
-    applied too), the modelled seconds, whether it is heavy, and the view tables of the result and
-    the inputs (emptied with ``views``).
+    applied too), the modelled seconds, whether it is heavy, the view tables of the result and
+    the inputs (emptied with ``views``), and which kernel runs: ``fn``, or ``into`` (``fn`` writing
+    into the result, see :data:`INTO`) where that gives the same bits.
     """
     name, plans = op.name, {}
     views.plans.append(plans)
@@ -136,30 +231,30 @@ def _returning(op, fn, views):
         if type(first) is list:
             first = first[0]
         if p is None:
-            p = _result_plan(ctx.runtime, op, inputs, attrs, views, key is not None and all(
+            p = _result_plan(ctx.runtime, op, fn, into, inputs, attrs, views, key is not None and all(
                 type(x) is not list for x in inputs))
             if key is not None:
                 if len(plans) >= 4096:
                     plans.clear()
                 plans[key] = p
-        shape, dtype, nbytes, cost = p
+        shape, dtype, nbytes, cost, run = p
         out = _new_array(DeviceArray)
         out.block, out.shape, out.dtype, out.offset = first.block.owner.allocate(nbytes, ctx.stream), shape, dtype, 0
         rt, stream = ctx.runtime, ctx.stream
         chip = rt.chips[ctx.index]
         if (cost[1] or chip.faults
-                or not (chip.default if stream is None else stream).run_now(name, cost[0], compute, fn, name, out,
+                or not (chip.default if stream is None else stream).run_now(name, cost[0], compute, run, name, out,
                                                                            inputs, attrs, cost[2], views)):
-            rt.launch(ctx.index, stream, name, fn, out, inputs, attrs, op, cost)  # heavy, or the device is busy
+            rt.launch(ctx.index, stream, name, run, out, inputs, attrs, op, cost)  # heavy, or the device is busy
         return out
 
     kernel.__name__ = f"sim_{name}"
     return kernel
 
 
-def _result_plan(rt, op, inputs, attrs, views, tables: bool):
-    """(shape, dtype, bytes to allocate, (modelled seconds, heavy, view tables or None)) of a
-    :func:`_returning` kernel's result."""
+def _result_plan(rt, op, fn, into, inputs, attrs, views, tables: bool):
+    """(shape, dtype, bytes to allocate, (modelled seconds, heavy, view tables or None), kernel) of
+    a :func:`_returning` kernel's result."""
     shapes = [[a.shape for a in x] if type(x) is list else x.shape for x in inputs]
     dtypes = [a.dtype for x in inputs for a in (x if type(x) is list else (x,))]
     shape = tuple(op.shape_rule(shapes, attrs))
@@ -171,7 +266,8 @@ def _result_plan(rt, op, inputs, attrs, views, tables: bool):
     out.shape, out.dtype, out.offset = shape, dtype, 0
     seconds, heavy, _ = kernel_cost(rt, op.name, op, out, inputs, attrs)
     t = views.tables_for((shape, dtype), *[(x.shape, x.dtype) for x in inputs]) if tables else None
-    return shape, dtype, size or 1, (seconds, heavy, None if t is None else (t[0], t[1:]))
+    return (shape, dtype, size or 1, (seconds, heavy, None if t is None else (t[0], t[1:])),
+            _into(op.name, fn, into, dtype, dtypes, attrs))
 
 
 def _plan_key(inputs, attrs):

@@ -434,8 +434,21 @@ class _Kernel:
         stream.clock += self.seconds
 
 
+class Into:
+    """A kernel that writes its result into the views of its output buffers,
+    ``fn(out, *views of inputs, **attrs)`` (``out``: a view, or a list of them for a multi-output
+    op), instead of returning new arrays that :func:`compute` copies there. Outputs are fresh
+    buffers, so they never overlap an input."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        self.fn = fn
+
+
 def compute(fn, name, out, inputs, attrs, tables, views) -> None:
-    """``out[...] = fn(None, *views of inputs, **attrs)``, on whichever thread runs the stream.
+    """``out[...] = fn(None, *views of inputs, **attrs)``, or ``fn.fn(views of out, *views of
+    inputs, **attrs)`` for an :class:`Into` kernel, on whichever thread runs the stream.
     ``tables`` (see :meth:`SimRuntime.launch`) may be None."""
     multi = type(out) is tuple  # a multi-output op: one buffer per output
     if tables is not None:  # DeviceArray outputs and inputs, with their tables known
@@ -452,6 +465,9 @@ def compute(fn, name, out, inputs, attrs, tables, views) -> None:
         view = views.view
         args = [[view(a) for a in x] if type(x) is list else view(x) for x in inputs]
         o = tuple(view(b) for b in out) if multi else view(out)
+    if type(fn) is Into:
+        fn.fn(o, *args, **attrs)
+        return
     r = fn(None, *args, **attrs) if attrs else fn(None, *args)
     for oe, re in zip(o, r) if multi else ((o, r),):
         if re is not oe:
@@ -505,4 +521,4 @@ def _injected(chip):
     return fail
 
 
-__all__ = ["SimRuntime", "Chip", "Marker"]
+__all__ = ["SimRuntime", "Chip", "Marker", "Into"]
