@@ -106,8 +106,9 @@ def _erf(x):
     return y.astype(np.asarray(x).dtype)
 
 
-def _astype(x, dtype, copy=True):
-    x = np.asarray(x)
+def _astype(ctx, x, dtype, copy=True):
+    if type(x) is not np.ndarray:
+        x = np.asarray(x)
     if dtype.kind in ("int", "uint") and x.dtype.kind == "f":
         with np.errstate(invalid="ignore"):
             return np.trunc(x).astype(dtype.numpy)
@@ -129,7 +130,7 @@ def _take(x, indices, axis):
     return np.take(np.asarray(x), indices, axis=axis)
 
 
-def _concat(arrays, axis):
+def _concat(ctx, arrays, axis):
     if axis is None:
         return np.concatenate([np.reshape(a, -1) for a in arrays])
     return np.concatenate(arrays, axis=axis)
@@ -304,7 +305,8 @@ def _var(x, axis, keepdims, correction):
     the deviations, their squares summed, divided by n - correction), the sum of squares one
     BLAS dot product instead of a multiply and a sum."""
     n = x.size
-    if axis is not None or x.dtype != np.float32 or not n > correction or not x.flags.c_contiguous:
+    whole = axis is None or (type(axis) is tuple and len(axis) == x.ndim)  # canon lists every axis once
+    if not whole or x.dtype != np.float32 or not n > correction or not x.flags.c_contiguous:
         return np.var(x, axis=axis, keepdims=keepdims, ddof=correction)
     d = np.subtract(x.reshape(-1), np.float32(_SUM(x, axis=None) / np.intp(n)))
     v = np.dot(d, d)
@@ -446,11 +448,11 @@ _TABLE = {
     "matrix_transpose": (lambda x: np.swapaxes(x, -1, -2), "plain"),
     "reshape": (lambda ctx, x, shape, copy=None: x.reshape(shape), "ctx"),
     "permute_dims": (lambda ctx, x, axes: x.transpose(axes), "ctx"),
-    "broadcast_to": (lambda x, shape: np.broadcast_to(x, shape), "plain"), "concat": (lambda ctx, arrays, axis: _concat(arrays, axis), "ctx"),
+    "broadcast_to": (lambda x, shape: np.broadcast_to(x, shape), "plain"), "concat": (_concat, "ctx"),
     "stack": (lambda arrays, axis: np.stack(arrays, axis=axis), "plain"),
     "squeeze": (lambda x, axis: np.squeeze(x, axis=axis), "plain"),
     "expand_dims": (lambda x, axis: np.expand_dims(x, axis), "plain"),
-    "flip": (lambda x, axis: np.flip(x, axis=axis) if np.ndim(x) else x, "plain"), "astype": (lambda ctx, x, dtype, copy=True: _astype(x, dtype), "ctx"),
+    "flip": (lambda x, axis: np.flip(x, axis=axis) if np.ndim(x) else x, "plain"), "astype": (_astype, "ctx"),
     "getitem": (lambda ctx, x, key: np.asarray(x)[_numpy_key(key)], "ctx"), "setitem": (_setitem, "plain"), "take": (_take, "plain"),
     "full": (lambda shape, fill_value, dtype: np.full(shape, fill_value, dtype=dtype.numpy), "plain"),
     "arange": (_arange, "plain"), "eye": (_eye, "plain"), "linspace": (_linspace, "plain"),

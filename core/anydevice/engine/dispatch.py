@@ -447,16 +447,30 @@ def _runner(op, e):
             t = _new(Tensor)
             t._buf, t.shape, t.dtype, t.device, t._node = out, shape, dtype, device, None
             return t
+    elif e.n == 3 and not op.variadic:
+        def run(args, key):
+            x, y, z = args[0], args[1], args[2]
+            if (x._node is not None or y._node is not None or z._node is not None) and grad_on():
+                return slow(args, key)
+            try:
+                out = fn(ctx, x._buf, y._buf, z._buf, **kw)
+            except MemoryError as err:
+                raise _kernel_oom(op, e, err)  # noqa: B904 (the cause is set there)
+            t = _new(Tensor)
+            t._buf, t.shape, t.dtype, t.device, t._node = out, shape, dtype, device, None
+            return t
     else:
         n = e.n
 
         def run(args, key):
             ts = args[0] if op.variadic else args[:n]
-            if any(t._node is not None for t in ts) and grad_on():
-                return slow(args, key)
-            bufs = ([t._buf for t in ts],) if op.variadic else [t._buf for t in ts]
+            bufs = []
+            for t in ts:
+                if t._node is not None and grad_on():
+                    return slow(args, key)
+                bufs.append(t._buf)
             try:
-                return wrap(fn(ctx, *bufs, **kw))
+                return wrap(fn(ctx, bufs, **kw) if op.variadic else fn(ctx, *bufs, **kw))
             except MemoryError as err:
                 raise _kernel_oom(op, e, err)  # noqa: B904 (the cause is set there)
     return run
@@ -1031,7 +1045,10 @@ def op_function(op):
     if fn is None:
         def fn(*args, **kwargs):  # call()'s cache hit, one frame shallower
             if not op.fast and not _observers and _tracer is None and not _autocast.regions[0]:
-                key = _call_key(args, kwargs)
+                if not kwargs and len(args) == 1 and type(a := args[0]) is Tensor:  # as _call_key keys it
+                    key = (a.device._ctx, a.dtype, a.shape)
+                else:
+                    key = _call_key(args, kwargs)
                 if key is not None:
                     e = op.plans.get(_CALLS, _EMPTY).get(key)
                     if e is not None:

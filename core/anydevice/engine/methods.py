@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from anydevice.base import dtypes as _dt
+from anydevice.engine import autocast as _autocast
 from anydevice.engine import autograd as _autograd
 from anydevice.engine import dispatch as _dispatch
 from anydevice.engine import graph as _ag
@@ -22,6 +23,8 @@ from anydevice.ops.registry import all_ops as _all_ops
 from anydevice.ops.registry import get_op, normalize_axis
 from anydevice.runtime import streams as _streams
 from anydevice.runtime.devices import as_device, register_cache
+
+_NO_CALLS: dict = {}  # an op's call cache before its first call
 
 # --- methods ------------------------------------------------------------------------------------
 _permute_dims = get_op("permute_dims")
@@ -82,8 +85,19 @@ def cpu(self) -> Tensor:
     return to(self, "cpu")
 
 
+_astype = get_op("astype")
+
+
 def astype(self, dtype, copy: bool = True) -> Tensor:
-    return xp.astype(self, _dt.dtype(dtype), copy=copy)
+    d = dtype if type(dtype) is _dt.DType else _dt.dtype(dtype)
+    if copy is True and type(self) is Tensor:  # the key stands for astype(x, d)
+        key = (self.device._ctx, self.dtype, self.shape, _astype, d)
+        if not _dispatch._observers and _dispatch._tracer is None and not _autocast.regions[0]:
+            e = _astype.plans.get(_dispatch._CALLS, _NO_CALLS).get(key)
+            if e is not None:
+                return e.run((self, d), key)
+        return _dispatch.call_keyed(_astype, (self, d), {}, key)
+    return xp.astype(self, d, copy=copy)
 
 
 def reshape(self, *shape) -> Tensor:
@@ -129,13 +143,18 @@ def getitem(x, key, /):
     kid = _index_id(key) if type(x) is Tensor else None
     if kid is not None:  # a basic index: its canonical form and the call are cached per shape
         shape = x.shape
+        k = (x.device._ctx, x.dtype, shape, _getitem, kid)
+        if not _dispatch._observers and _dispatch._tracer is None and not _autocast.regions[0]:
+            e = _getitem.plans.get(_dispatch._CALLS, _NO_CALLS).get(k)
+            if e is not None:  # the entry holds the canonical key
+                return e.run((x,), k)
         ck = _canonical.get((kid, shape))
         if ck is None:
             ck = canonical_key(key, shape)
             if len(_canonical) >= 4096:
                 _canonical.clear()
             _canonical[(kid, shape)] = ck
-        return _dispatch.call_keyed(_getitem, (x,), {"key": ck}, (x.device._ctx, x.dtype, shape, _getitem, kid))
+        return _dispatch.call_keyed(_getitem, (x,), {"key": ck}, k)
     if isinstance(key, Tensor) and key.ndim == 1 and key.dtype.kind in ("int", "uint"):
         return xp.take(x, key, axis=0)
     mask = _mask_key(key)
@@ -250,6 +269,7 @@ def _binop(opname: str, reflected: bool = False, symbol: str = ""):
     fast = op.fast
     apply = _dispatch.call_inputs
     observers = _dispatch._observers
+    calls = _dispatch._CALLS
 
     def fwd(self, other, /):
         t_other = type(other)
@@ -259,14 +279,21 @@ def _binop(opname: str, reflected: bool = False, symbol: str = ""):
                 return NotImplemented
             t_other = type(other)
         if t_other is Tensor:
-            plan = fast.get((self.device._ctx, self.dtype))
+            ctx = self.device._ctx
+            plan = fast.get((ctx, self.dtype))
             if (plan is not None and other.dtype is self.dtype and other.device is self.device
                     and self.shape == other.shape and not observers
                     and (self._node is None and other._node is None or not _ag.is_grad_enabled())):
                 t = _new(Tensor)
-                t._buf = plan[0](self.device._ctx, self._buf, other._buf)
+                t._buf = plan[0](ctx, self._buf, other._buf)
                 t.shape, t.dtype, t.device, t._node = self.shape, plan[1], self.device, None
                 return t
+            if plan is None and not observers and _dispatch._tracer is None and not _autocast.regions[0] \
+                    and type(self) is Tensor:  # matmul, mixed shapes: the call cache at once, keyed as call_inputs keys
+                key = (ctx, self.dtype, self.shape, other.device._ctx, other.dtype, other.shape)
+                e = op.plans.get(calls, _NO_CALLS).get(key)
+                if e is not None:
+                    return e.run((self, other), key)
         elif t_other in _SCALARS:
             plan = fast.get((self.device._ctx, self.dtype))
             if plan is not None and not observers and (self._node is None or not _ag.is_grad_enabled()):
