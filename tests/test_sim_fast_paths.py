@@ -190,7 +190,11 @@ def test_kernels_writing_into_device_memory_match_the_cpu_in_every_dtype(dtype):
     cases = {"relu": lambda x, w: F.relu(x), "matmul": lambda x, w: x @ ad.matrix_transpose(w),
              "astype_i32": lambda x, w: x.astype(ad.int32), "astype_f32": lambda x, w: x.astype(ad.float32),
              "negative": lambda x, w: -x, "abs": lambda x, w: ad.abs(x), "exp": lambda x, w: ad.exp(x),
-             "linear": lambda x, w: ad.linear(x, w, w[:, 0])}
+             "linear": lambda x, w: ad.linear(x, w, w[:, 0]), "sum": lambda x, w: ad.sum(x),
+             "sum_axis": lambda x, w: ad.sum(x, axis=0, keepdims=True), "prod": lambda x, w: ad.prod(x, axis=1),
+             "max": lambda x, w: ad.max(x, axis=(0, 1)), "min": lambda x, w: ad.min(x, axis=-1),
+             "concat": lambda x, w: ad.concat([x, w], axis=0), "concat_flat": lambda x, w: ad.concat([x, w], axis=None),
+             "where": lambda x, w: ad.where(x > x[0], x, x[:1])}
     for dev in ("npu", "dcu"):
         if d not in ad.devices.as_device(dev)._backend.dtypes(0):
             continue  # npu has no complex dtypes

@@ -64,7 +64,7 @@ def _linear(out, x, w, b):
 
 
 def _astype_into(out, x, dtype, copy=True):
-    np.copyto(out, x, casting="unsafe")
+    out[...] = x  # assignment casts as np.copyto(casting="unsafe") does
 
 
 #: Rows (and columns) of one tile of a blocked transpose: a plain strided copy of a large matrix
@@ -76,18 +76,43 @@ def _swap_last(out, x):
     """``out[...] = swapaxes(x, -1, -2)``, tile by tile when the matrices are large."""
     n = x.shape[-2]
     if n <= TILE or x.shape[-1] <= TILE:
-        out[...] = np.swapaxes(x, -1, -2)
+        out[...] = x.swapaxes(-1, -2)
         return
     for i in range(0, n, TILE):
-        out[..., i:i + TILE] = np.swapaxes(x[..., i:i + TILE, :], -1, -2)
+        out[..., i:i + TILE] = x[..., i:i + TILE, :].swapaxes(-1, -2)
+
+
+#: ndim -> the permutation that swaps the last two axes
+_SWAPS = {n: (*range(n - 2), n - 1, n - 2) for n in range(2, 65)}
 
 
 def _permute_into(out, x, axes):
-    if len(axes) >= 2 and axes[-1] == len(axes) - 2 and axes[-2] == len(axes) - 1 and \
-            all(a == i for i, a in enumerate(axes[:-2])):
+    if axes == _SWAPS.get(len(axes)):
         _swap_last(out, x)
     else:
         out[...] = x.transpose(axes)
+
+
+def _reduce(ufunc, with_dtype):
+    if with_dtype:  # sum and prod: in the input's dtype (numpy would widen small integers)
+        def into(out, x, axis, keepdims, dtype=None):
+            ufunc.reduce(x, axis=axis, keepdims=keepdims, dtype=x.dtype, out=out)
+    else:
+        def into(out, x, axis, keepdims):
+            ufunc.reduce(x, axis=axis, keepdims=keepdims, out=out)
+    return into
+
+
+def _concat_into(out, arrays, axis):
+    if axis is None:
+        arrays = [a.reshape(-1) for a in arrays]
+        axis = 0
+    np.concatenate(arrays, axis=axis, out=out)
+
+
+def _where_into(out, c, a, b):
+    np.copyto(out, b)
+    np.copyto(out, a, where=c)
 
 
 _ZERO = {}
@@ -111,6 +136,8 @@ INTO = {
         "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "negative": np.negative, "abs": np.abs,
         "sin": np.sin, "cos": np.cos, "floor": np.floor, "logical_not": np.logical_not}.items()},
     "astype": _astype_into, "matrix_transpose": _swap_last, "permute_dims": _permute_into,
+    "sum": _reduce(np.add, True), "prod": _reduce(np.multiply, True), "max": _reduce(np.maximum, False),
+    "min": _reduce(np.minimum, False), "concat": _concat_into, "where": _where_into,
 }
 
 
