@@ -11,6 +11,7 @@ device and parameter dtype, built at the first update.
 """
 from __future__ import annotations
 
+import struct
 import threading
 
 import numpy as np
@@ -128,19 +129,30 @@ def _launcher(ctx, name: str, dt: str) -> Launcher:
 
 
 def _buf(a) -> list:
-    return [a.handle, a.byte_offset // a.dtype.itemsize]
+    b = a.block
+    return [b.handle, (b.offset + a.offset) // a.dtype.itemsize]
 
 
 def _run(ctx, name, out, inputs, scalars, ints) -> None:
     p = inputs[0]
     dt = p.dtype.name
     n = p.size
-    S = np.float64 if ctx.runtime.has_fp64(ctx.index) else np.float32
-    T = p.dtype.numpy.type
-    args = [a for o in out for a in _buf(o)] + [a for x in inputs for a in _buf(x)] + [n]
-    args += [(S if wide else T)(scalars[k]) for k, wide in _signature(name)[2]] + [int(f) for f in ints]
+    vals = scalars.values()
+    key = (name, dt, ctx.runtime.has_fp64(ctx.index), struct.pack(f"{len(vals)}d", *vals), ints)  # bits: -0.0, NaN
+    tail = _TAILS.get(key)
+    if tail is None:  # the same scalar objects at every step: the launcher leaves them set
+        S = np.float64 if key[2] else np.float32
+        T = p.dtype.numpy.type
+        tail = [(S if wide else T)(scalars[k]) for k, wide in _signature(name)[2]] + [int(f) for f in ints]
+        if len(_TAILS) >= 1024:
+            _TAILS.clear()
+        _TAILS[key] = tail
+    args = [a for o in out for a in _buf(o)] + [a for x in inputs for a in _buf(x)] + [n] + tail
     g = -(-max(n, 1, *ints) // LOCAL) * LOCAL
     _launcher(ctx, name, dt)(ctx.runtime.queue(ctx.index, ctx.stream), (g,), (LOCAL,), args)
+
+
+_TAILS: dict = {}  # (kernel, dtype, fp64, scalars' bits, flags) -> the scalar and flag arguments
 
 
 def adam_update(ctx, out, p, g, m, v, x, step, *, lr, beta1, beta2, eps, weight_decay, decoupled, amsgrad):
