@@ -1,5 +1,6 @@
-"""Native numpy kernels of the training step's fused ops: the gradient of cross entropy with
-respect to its logits in one pass (softmax, minus one at each label, times the scale)."""
+"""Native numpy kernels of the training step's fused backward ops: the gradient of cross entropy
+with respect to its logits in one pass (softmax, minus one at each label, times the scale), and
+those of softmax and log_softmax from their outputs."""
 from __future__ import annotations
 
 import numpy as np
@@ -25,6 +26,20 @@ def cross_entropy_grad(logits, labels, grad, reduction):
     return p
 
 
+def softmax_grad(g, out, axis):
+    if out.ndim == 0:
+        return np.zeros_like(g)
+    return out * (g - _SUM(g * out, axis=axis, keepdims=True))
+
+
+def log_softmax_grad(g, out, axis):
+    if out.ndim == 0:
+        return np.zeros_like(g)
+    return g - np.exp(out) * _SUM(g, axis=axis, keepdims=True)
+
+
 def register(kernels, wrap) -> None:
     """Register the kernels with the cpu backend's wrappers ``wrap`` (name -> wrapper)."""
-    kernels.register("cross_entropy_grad", wrap["half"](cross_entropy_grad))
+    for name, fn in (("cross_entropy_grad", cross_entropy_grad), ("softmax_grad", softmax_grad),
+                     ("log_softmax_grad", log_softmax_grad)):
+        kernels.register(name, wrap["half"](fn))

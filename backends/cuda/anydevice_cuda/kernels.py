@@ -397,6 +397,14 @@ def _cross_entropy_grad(logits, labels, grad, reduction):
     return p * (grad if reduction == "sum" else grad / max(labels.size, 1))
 
 
+def _softmax_grad(g, out, axis):
+    return cp.zeros_like(g) if out.ndim == 0 else out * (g - cp.sum(g * out, axis=axis, keepdims=True))
+
+
+def _log_softmax_grad(g, out, axis):
+    return cp.zeros_like(g) if out.ndim == 0 else g - cp.exp(out) * cp.sum(g, axis=axis, keepdims=True)
+
+
 def _layer_norm(x, weight, bias, eps):
     axes = tuple(range(x.ndim - weight.ndim, x.ndim))
     m = x.mean(axis=axes, keepdims=True)
@@ -482,6 +490,7 @@ TABLE = {
     "arange": (_arange, "native"), "eye": (lambda n_rows, n_cols, k, dtype: cp.eye(n_rows, n_cols, k=k, dtype=dtype.numpy), "native"),
     "linspace": (_linspace, "native"), "softmax": (_softmax, "half"), "log_softmax": (_log_softmax, "half"),
     "cross_entropy": (_cross_entropy, "half"), "cross_entropy_grad": (_cross_entropy_grad, "half"),
+    "softmax_grad": (_softmax_grad, "half"), "log_softmax_grad": (_log_softmax_grad, "half"),
     "layer_norm": (_layer_norm, "half"),
     "linear": (lambda x, w, b: cp.matmul(x, w.T) + b, "half"),
 }

@@ -59,9 +59,19 @@ def _softmax_ref(x, axis=-1):
 
 
 def _softmax_vjp(xp, g, i, o, axis=-1):
-    if o.ndim == 0:
-        return (xp.zeros_like(g),)
-    return (o * (g - xp.sum(g * o, axis=axis, keepdims=True)),)
+    return (xp.softmax_grad(g, o, axis=axis),)
+
+
+def _softmax_grad(xp, g, out, axis=-1):
+    if out.ndim == 0:
+        return xp.zeros_like(g)
+    return out * (g - xp.sum(g * out, axis=axis, keepdims=True))
+
+
+def _softmax_grad_ref(g, out, axis=-1):
+    if out.ndim == 0:
+        return np.zeros_like(g)
+    return out * (g - np.sum(g * out, axis=axis, keepdims=True))
 
 
 def _log_softmax(xp, x, axis=-1):
@@ -81,9 +91,47 @@ def _log_softmax_ref(x, axis=-1):
 
 
 def _log_softmax_vjp(xp, g, i, o, axis=-1):
-    if o.ndim == 0:
-        return (xp.zeros_like(g),)
-    return (g - xp.exp(o) * xp.sum(g, axis=axis, keepdims=True),)
+    return (xp.log_softmax_grad(g, o, axis=axis),)
+
+
+def _log_softmax_grad(xp, g, out, axis=-1):
+    if out.ndim == 0:
+        return xp.zeros_like(g)
+    return g - xp.exp(out) * xp.sum(g, axis=axis, keepdims=True)
+
+
+def _log_softmax_grad_ref(g, out, axis=-1):
+    if out.ndim == 0:
+        return np.zeros_like(g)
+    return g - np.exp(out) * np.sum(g, axis=axis, keepdims=True)
+
+
+def _grad_shape(name):
+    def rule(shapes, attrs):
+        if tuple(shapes[0]) != tuple(shapes[1]):
+            raise ValueError(f"{name}(): grad of shape {tuple(shapes[0])} and out of shape {tuple(shapes[1])} must "
+                             f"have one shape")
+        return tuple(shapes[0])
+
+    return rule
+
+
+def _sm_grad_samples(d, rng):
+    from anydevice.ops.samples import Sample, values
+
+    return [Sample([values(rng, d, (4, 5)), values(rng, d, (4, 5))], {"axis": a}, f"(4, 5), axis={a}")
+            for a in (-1, 0)] + [Sample([values(rng, d, (2, 3, 4)), values(rng, d, (2, 3, 4))], {"axis": 1},
+                                        "(2, 3, 4), axis=1"),
+                                 Sample([values(rng, d, ()), values(rng, d, ())], {}, "0-d: no gradient")]
+
+
+def _define_grad(name, decomposition, reference, doc):
+    """The backward op of ``name`` (softmax, log_softmax): its gradient from the output's."""
+    define(f"{name}_grad", inputs=("grad", "out"), attrs={"axis": Int(-1)}, dtype_rule=same("real_floating"),
+           canon=_canon_axis(f"{name}_grad"), shape_rule=_grad_shape(f"{name}_grad"), reference=reference,
+           decomposition=decomposition, differentiable=False, category="nn", tolerance=_TOL, samples=_sm_grad_samples,
+           errors=[([np.ones((2, 3), np.float32), np.ones(3, np.float32)], {}, ValueError, "grad and out shapes")],
+           doc=doc)
 
 
 _TOL = {"float32": (1e-5, 1e-5), "float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2)}  # half: sums accumulate in the dtype
@@ -93,6 +141,10 @@ define("softmax", inputs=("x",), attrs={"axis": Int(-1)}, dtype_rule=same("real_
 define("log_softmax", inputs=("x",), attrs={"axis": Int(-1)}, dtype_rule=same("real_floating"),
        canon=_canon_axis("log_softmax"), shape_rule=lambda s, a: s[0], reference=_log_softmax_ref,
        vjp=_log_softmax_vjp, decomposition=_log_softmax, category="nn", tolerance=_TOL)
+_define_grad("softmax", _softmax_grad, _softmax_grad_ref,
+             "the gradient of softmax from its output's: out * (grad - sum(grad * out, axis))")
+_define_grad("log_softmax", _log_softmax_grad, _log_softmax_grad_ref,
+             "the gradient of log_softmax from its output's: grad - exp(out) * sum(grad, axis)")
 
 
 # --- cross_entropy --------------------------------------------------------------------------------
