@@ -381,16 +381,23 @@ def test_opencl_fuses_nodes_with_python_scalar_inputs():
             np.testing.assert_array_equal(ad.engine.tensor._wrap(buf, v.shape, v.dtype, v.device).numpy(), w)
 
 
-def test_the_profiler_sees_every_planned_kernel_of_a_replay_on_cpu():
+@pytest.mark.parametrize("backend", ["planned", "auto"])
+def test_the_profiler_sees_every_planned_kernel_of_a_replay_on_cpu(backend):
     x, b, s = _inputs("cpu")
-    f = ad.jit.compile(_chain_fn)
+    f = ad.jit.compile(_chain_fn, backend=backend)
     f(x, b, s)
     want = [_np(t) for t in f(x, b, s)]
     with profiler.profile() as prof:
         got = [_np(t) for t in f(x, b, s)]
-    run = partition.build(f.last_graph)
+    run = partition.build(f.last_graph, backend=backend)
     rows = [r for r in prof.rows() if r.path == "compiled"]
-    assert sum(r.count for r in rows) == run.stats["native"] == len(run.graph.nodes)
-    assert {r.op for r in rows} >= {"exp", "where", "sum"}
+    fused = [r for r in prof.rows() if r.path == "fused"]
+    assert sum(r.count for r in rows) == run.stats["native"]
+    assert sum(r.count for r in fused) == run.stats["fused_kernels"]
+    assert run.stats["native"] + run.stats["claimed_nodes"] == len(run.graph.nodes)
+    if backend == "planned":
+        assert {r.op for r in rows} >= {"exp", "where", "sum"} and not fused
+    else:  # the cpu graph compiler runs the chain as one part
+        assert run.stats["fused_kernels"] == 1 and "where" in fused[0].op
     for g_, w_ in zip(got, want):  # the interpreted replay computes what the generated one does
         np.testing.assert_array_equal(g_, w_)

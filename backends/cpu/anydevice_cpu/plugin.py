@@ -34,6 +34,13 @@ def anydevice_register_kernels(device_type, runtime, kernels):
 
 
 @hookimpl
+def anydevice_compile_graph(device_type, runtime, graph, kernels):
+    from .graph import compile_graph
+
+    return compile_graph(device_type, runtime, graph, kernels)
+
+
+@hookimpl
 def anydevice_environment(device_type):
     import numpy as np
 

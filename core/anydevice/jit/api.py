@@ -47,7 +47,7 @@ class Variant:
     """One traced graph: its executor, how to feed its inputs and where its results go."""
 
     __slots__ = ("graph", "run", "feeds", "spec", "statics", "counters", "n_out", "n_wb", "trace_s", "compile_s",
-                 "guard", "roots")
+                 "guard", "holds", "roots")
 
     def __init__(self, graph, run, feeds, spec, statics, counters, trace_s, compile_s):
         self.graph, self.run, self.feeds, self.spec, self.statics = graph, run, feeds, spec, statics
@@ -88,6 +88,7 @@ class CompiledFunction:
         self.passes = list(_passes.PASSES) if passes is None else list(passes)
         self.name = getattr(fn, "__qualname__", None) or type(fn).__name__
         self._variants: collections.OrderedDict = collections.OrderedDict()
+        self._recent: list = []  # (key, variant), most recently used first
         self._counter_keys: set = set()
         self._warned = False
         self._changes = 0
@@ -133,10 +134,13 @@ class CompiledFunction:
         mode = _autocast.current()
         amp = None if mode is None else (mode.device_type, mode.dtype)
         sig = _signature(flat, _ag.is_grad_enabled(), amp)
-        for key in reversed(self._variants):  # most recently used first; a guard is a flat list of checks
-            v = self._variants[key]
-            if key[0] == sig and _state.holds(v.guard):
-                self._variants.move_to_end(key)
+        # most recently used first; a guard is a flat list of checks. A list, not the dict: the keys
+        # (the state's digest) are long tuples, and iterating an OrderedDict hashes each key
+        recent = self._recent
+        for k, (key, v) in enumerate(recent):
+            if key[0] == sig and v.holds():
+                if k:
+                    recent.insert(0, recent.pop(k))
                 return self._replay(v, args, kwargs, flat)
         roots_guard: list = []
         roots = ([x for x in flat if not isinstance(x, Tensor) and type(x) not in _PLAIN]
@@ -187,9 +191,12 @@ class CompiledFunction:
         feeds = _feeds(g, tr)
         v = Variant(g, run, feeds, spec, statics, [ref for _, ref in counters], t1 - t0, t2 - t1)
         v.guard = pre.guard_without(self._counter_keys)
+        v.holds = _state.guard_function(v.guard)
         v.roots = roots
         key = (key[0], pre.key_tuple(self._counter_keys)) if counters else key
+        old = self._variants.get(key)
         self._variants[key] = v
+        self._recent = [(key, v)] + [e for e in self._recent if e[1] is not old]
         self.last_graph = g
         return result
 
@@ -285,6 +292,8 @@ class CompiledFunction:
 
 def _holds(v, buf, expected) -> bool:
     host = np.asarray(v.device._backend.to_host(buf, v.device.index, v.shape, v.dtype))
+    if host.dtype.kind == "b" and host.shape == () and getattr(expected, "shape", None) == ():  # a check verdict
+        return bool(host) == bool(expected)
     return bool(np.array_equal(host, expected, equal_nan=host.dtype.kind in "fc"))
 
 

@@ -309,12 +309,15 @@ class Executable:
         if not kern.out:
             return [f"    {outs}{',' if len(node.outputs) > 1 else ''} = k{k}({cx}{', ' if args else ''}{args}{extra})"]
         dev = s[2]
+        be = dev._backend
         be_name = f"e{dev.type}{dev.index}"
-        ns[be_name] = dev._backend.empty
+        # a runtime that keeps its own storage allocates itself (what Backend.empty calls)
+        ns[be_name] = be.runtime.empty if be.own_storage else be.empty
+        index = be.phys(dev.index) if be.own_storage else dev.index
         allocs = []
         for o in node.outputs:
             ns[f"s{o.id}"] = (o.shape, o.dtype)
-            allocs.append(f"{be_name}({dev.index}, *s{o.id})")
+            allocs.append(f"{be_name}({index}, *s{o.id})")
         if len(node.outputs) == 1:
             return [f"    {outs} = {allocs[0]}", f"    k{k}({cx}, {outs}{', ' if args else ''}{args}{extra})"]
         return [f"    t{k} = ({', '.join(allocs)})", f"    k{k}({cx}, t{k}{', ' if args else ''}{args}{extra})",

@@ -267,6 +267,29 @@ def holds(guard) -> bool:
     return True
 
 
+def guard_function(guard):
+    """:func:`holds` for one guard as a generated function of no arguments: the same checks
+    written out one after another (no loop over the entries, no dispatch on their kind)."""
+    ns: dict = {"Tensor": Tensor, "_meta": tensor_meta}
+    lines = ["def holds():", "    try:", "        pass"]
+    for j, (kind, c, k, exp, _) in enumerate(guard):
+        ns[f"c{j}"], ns[f"k{j}"], ns[f"e{j}"] = c, k, exp
+        if kind == "n":
+            lines.append(f"        if len(c{j}) != e{j}: return False")
+            continue
+        lines.append(f"        v = c{j}.cell_contents" if kind == "c" else f"        v = c{j}[k{j}]")
+        if kind == "t":
+            lines.append(f"        if not isinstance(v, Tensor) or _meta(v) != e{j}: return False")
+        elif kind == "v":
+            ns[f"T{j}"] = type(exp)
+            lines.append(f"        if type(v) is not T{j} or (v != e{j} and not (v != v and e{j} != e{j})): return False")
+        else:
+            lines.append(f"        if v is not e{j}: return False")
+    lines += ["    except (KeyError, IndexError, ValueError):", "        return False", "    return True"]
+    exec(compile("\n".join(lines) + "\n", f"<anydevice.jit guard of {len(guard)} checks>", "exec"), ns)  # noqa: S102
+    return ns["holds"]
+
+
 def walk(roots, skip_ids=frozenset(), guard=()) -> Walk:
     w = Walk()
     w.guard.extend(guard)
