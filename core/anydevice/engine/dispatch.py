@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import keyword
 import math
 import os
 import threading
@@ -315,12 +316,6 @@ def _call_key(args, kwargs):
                 k += (x.device._ctx, x.dtype, x.shape)
             else:
                 return tuple(k)
-    elif len(args) == 1 and len(kwargs) == 1 and type(args[0]) is Tensor:  # x and one attribute
-        a = args[0]
-        (name, v), = kwargs.items()
-        t = type(v)
-        if t in _KEYABLE:
-            return (a.device._ctx, a.dtype, a.shape, name, t, v)
     k = []
     for a in args:
         t = type(a)
@@ -410,70 +405,58 @@ class _Entry:
 
 
 def _runner(op, e):
-    """The hit of entry ``e`` as one closure: for a direct returning kernel, the kernel at once
-    and the result wrapped (:func:`_hit` when the graph must be recorded); else :func:`_hit`."""
+    """The hit of entry ``e`` as one closure: for a direct returning kernel, the kernel called at
+    once with the entry's attributes as constants and the result wrapped (:func:`_hit` when the
+    graph must be recorded); else :func:`_hit`."""
     slow = functools.partial(_hit, op, e)
     if not e.direct or e.out:
         return slow
-    fn, ctx, kw, device, shape, dtype = e.fn, e.device._ctx, e.kw, e.device, e.out_shape, e.out_dtype
+    n = -1 if op.variadic else e.n
+    names = tuple(e.kw) if all(k.isidentifier() and not keyword.iskeyword(k) for k in e.kw) else None
+    make = _RUNNERS.get((n, names))
+    if make is None:
+        make = _RUNNERS[(n, names)] = _runner_factory(n, names)
     grad_on = _ag.is_grad_enabled if op.differentiable else bool  # bool(): False
+    return make(slow, e.fn, e.device._ctx, e.device, e.out_shape, e.out_dtype, grad_on,
+                functools.partial(_kernel_oom, op, e), _new, Tensor, e.kw, *(e.kw.values() if names else ()))
 
-    def wrap(out):
-        t = _new(Tensor)
-        t._buf, t.shape, t.dtype, t.device, t._node = out, shape, dtype, device, None
-        return t
 
-    if e.n == 1 and not op.variadic:
-        def run(args, key):
-            x = args[0]
-            if x._node is not None and grad_on():
-                return slow(args, key)
-            try:
-                out = fn(ctx, x._buf, **kw)
-            except MemoryError as err:
-                raise _kernel_oom(op, e, err)  # noqa: B904 (the cause is set there)
-            t = _new(Tensor)
-            t._buf, t.shape, t.dtype, t.device, t._node = out, shape, dtype, device, None
-            return t
-    elif e.n == 2 and not op.variadic:
-        def run(args, key):
-            x, y = args[0], args[1]
-            if (x._node is not None or y._node is not None) and grad_on():
-                return slow(args, key)
-            try:
-                out = fn(ctx, x._buf, y._buf, **kw)
-            except MemoryError as err:
-                raise _kernel_oom(op, e, err)  # noqa: B904 (the cause is set there)
-            t = _new(Tensor)
-            t._buf, t.shape, t.dtype, t.device, t._node = out, shape, dtype, device, None
-            return t
-    elif e.n == 3 and not op.variadic:
-        def run(args, key):
-            x, y, z = args[0], args[1], args[2]
-            if (x._node is not None or y._node is not None or z._node is not None) and grad_on():
-                return slow(args, key)
-            try:
-                out = fn(ctx, x._buf, y._buf, z._buf, **kw)
-            except MemoryError as err:
-                raise _kernel_oom(op, e, err)  # noqa: B904 (the cause is set there)
-            t = _new(Tensor)
-            t._buf, t.shape, t.dtype, t.device, t._node = out, shape, dtype, device, None
-            return t
+_RUNNERS: dict = {}  # (inputs, or -1 for one list input; the kernel's keywords, None: as **kw) -> factory
+
+
+def _runner_factory(n: int, names):
+    """A function making run closures for kernels of ``n`` inputs and keywords ``names``: the
+    kernel call is written out (``fn(ctx, x0, axis=v0, keepdims=v1)``), since unpacking a
+    keyword dict costs about as much as the rest of the hit."""
+    kws = ", **kw" if names is None else "".join(f", {k}=v{i}" for i, k in enumerate(names))
+    if n < 0:
+        take = ["bufs = []", "for t in args[0]:", "    if t._node is not None and grad_on():",
+                "        return slow(args, key)", "    bufs.append(t._buf)"]
+        bufs = ", bufs"
     else:
-        n = e.n
-
-        def run(args, key):
-            ts = args[0] if op.variadic else args[:n]
-            bufs = []
-            for t in ts:
-                if t._node is not None and grad_on():
-                    return slow(args, key)
-                bufs.append(t._buf)
-            try:
-                return wrap(fn(ctx, bufs, **kw) if op.variadic else fn(ctx, *bufs, **kw))
-            except MemoryError as err:
-                raise _kernel_oom(op, e, err)  # noqa: B904 (the cause is set there)
-    return run
+        xs = [f"x{i}" for i in range(n)]
+        take = [f"{x} = args[{i}]" for i, x in enumerate(xs)]
+        if xs:
+            take += [f"if ({' or '.join(f'{x}._node is not None' for x in xs)}) and grad_on():",
+                     "    return slow(args, key)"]
+        bufs = "".join(f", {x}._buf" for x in xs)
+    params = "".join(f", v{i}" for i in range(len(names or ())))
+    src = "\n".join([
+        f"def make(slow, fn, ctx, device, shape, dtype, grad_on, oom, _new, Tensor, kw{params}):",
+        "    def run(args, key):",
+        *(f"        {line}" for line in take),
+        "        try:",
+        f"            out = fn(ctx{bufs}{kws})",
+        "        except MemoryError as err:",
+        "            raise oom(err)  # noqa: B904",
+        "        t = _new(Tensor)",
+        "        t._buf, t.shape, t.dtype, t.device, t._node = out, shape, dtype, device, None",
+        "        return t",
+        "    return run",
+    ])
+    ns: dict = {}
+    exec(compile(src, f"<anydevice hit path: {n} inputs{kws}>", "exec"), ns)
+    return ns["make"]
 
 
 def _kernel_oom(op, e, err):
@@ -1045,8 +1028,13 @@ def op_function(op):
     if fn is None:
         def fn(*args, **kwargs):  # call()'s cache hit, one frame shallower
             if not op.fast and not _observers and _tracer is None and not _autocast.regions[0]:
-                if not kwargs and len(args) == 1 and type(a := args[0]) is Tensor:  # as _call_key keys it
-                    key = (a.device._ctx, a.dtype, a.shape)
+                if len(args) == 1 and type(a := args[0]) is Tensor and len(kwargs) < 2:  # as _call_key keys it
+                    if not kwargs:
+                        key = (a.device._ctx, a.dtype, a.shape)
+                    else:
+                        (name, v), = kwargs.items()
+                        t = type(v)
+                        key = (a.device._ctx, a.dtype, a.shape, name, t, v) if t in _KEYABLE else _call_key(args, kwargs)
                 else:
                     key = _call_key(args, kwargs)
                 if key is not None:
