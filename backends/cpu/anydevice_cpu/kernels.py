@@ -174,7 +174,7 @@ _ONES: dict = {}
 def _short_rows(x, axis):
     """``x`` as a (rows, n) float32 matrix when ``axis`` is its last axis, rows are short, the
     array is not tiny and its layout is C-contiguous, else None."""
-    if (x.dtype != np.float32 or axis != x.ndim - 1 or x.shape[-1] > _SHORT_ROW or x.size < _FEW
+    if (x.size < _FEW or x.dtype != np.float32 or axis != x.ndim - 1 or x.shape[-1] > _SHORT_ROW
             or not x.flags.c_contiguous):
         return None
     return x.reshape(-1, x.shape[-1])
@@ -204,7 +204,7 @@ def _exp_rows(x2, top, floor):
 
 
 def _softmax(x, axis):
-    if np.ndim(x) == 0:  # 1, or NaN for NaN and ±inf
+    if x.ndim == 0:  # 1, or NaN for NaN and ±inf
         return np.exp(x - x) / np.exp(x - x)
     x2 = _short_rows(x, axis)
     if x2 is not None:  # exp(x) of elements at most 60 stays finite; rows summing to 1e-30 lose nothing
@@ -219,7 +219,7 @@ def _softmax(x, axis):
 
 
 def _log_softmax(x, axis):
-    if np.ndim(x) == 0:  # 0, or NaN for NaN and ±inf
+    if x.ndim == 0:  # 0, or NaN for NaN and ±inf
         return (x - x) - np.log(np.exp(x - x))
     x2 = _short_rows(x, axis)
     if x2 is not None:  # |y| and |log(s)| stay below ~16 + log(n): their rounding stays below 1e-5
