@@ -103,9 +103,10 @@ class SimStream:
     def elementwise(self, name: str, ufunc, out, a, b, plan) -> None:
         """``ufunc(a, b, out=out)`` on DeviceArrays, with ``plan`` a
         :class:`~anydevice_sim_npu.kernels.Plan`: run at once on this thread when it is light and
-        the device is idle (see :meth:`_claim`), else queued."""
+        the device is idle (as :meth:`run_now` says), else queued."""
         chip = self.chip
-        if plan.heavy or not self._claim():
+        if (plan.heavy or self._pending or chip.error is not None or chip.trace is not None or self._quiet is None
+                or len(chip.streams) > 1 and chip.busy(self) or not self._runner.acquire(False)):
             self.submit((name, ufunc, out, a, b, plan), plan.heavy)
             return
         try:  # the stream's only runner now, and nothing queued before this is still pending
@@ -130,9 +131,13 @@ class SimStream:
 
     def run_now(self, name: str, seconds: float, fn, *args) -> bool:
         """``fn(*args)`` (a kernel of known, quick math; ``name`` for errors), at once on this
-        thread with ``seconds`` on the clock, when the device is idle (see :meth:`_claim`); False,
-        with nothing done, when it is not."""
-        chip = self.chip  # _claim(), inlined: this is the hot path of every small queued kernel
+        thread with ``seconds`` on the clock, when the device is idle; False, with nothing done,
+        when it is not.
+
+        Idle: nothing queued on any of the device's streams and nobody running this one (this
+        thread becomes its runner), no error or trace to keep. Work queued on another stream is
+        left to run first, as it tends to when every kernel is queued."""
+        chip = self.chip  # the test is inlined here and in elementwise(): the hot path of every small kernel
         if (self._pending or chip.error is not None or chip.trace is not None or self._quiet is None
                 or len(chip.streams) > 1 and chip.busy(self) or not self._runner.acquire(False)):
             return False
@@ -144,15 +149,6 @@ class SimStream:
         finally:
             self._runner.release()
         return True
-
-    def _claim(self) -> bool:
-        """Become this stream's runner if its device is idle (nothing queued on any of its
-        streams, nobody running this one) with no error or trace to keep; the caller releases
-        ``_runner``. (Work queued on another stream is left to run first, as it tends to when
-        every kernel is queued.)"""
-        chip = self.chip
-        return not (self._pending or chip.error is not None or chip.trace is not None or self._quiet is None
-                    or len(chip.streams) > 1 and chip.busy(self)) and self._runner.acquire(False)
 
     def _wake(self) -> None:
         if self._thread is None:
