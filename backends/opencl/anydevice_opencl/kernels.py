@@ -231,8 +231,52 @@ def _tile(ctx) -> int:
 
 
 def copy(ctx, dst: View, src: View, shape) -> None:
-    """Strided copy of bits (dtype-agnostic: uses an unsigned type of the element size)."""
-    elementwise(ctx, "copy", dst, [src], shape)
+    """Strided copy of bits (dtype-agnostic: uses an unsigned type of the element size). A
+    layout's specialized launch is planned once (:class:`_CopyPlan`); the generic tier, contiguous
+    copies and copies of more than :data:`codegen.MAX_RANK` collapsed dims go through
+    :func:`elementwise`."""
+    key = (ctx.index, src.dtype, dst.dtype, tuple(shape), _skey(dst.strides), _skey(src.strides))
+    p = _COPIES.get(key)
+    if p is None:
+        if len(_COPIES) >= _STRIDED_MAX:
+            _COPIES.clear()
+        p = _COPIES[key] = _CopyPlan(ctx, dst, src, shape)
+    run = p.run
+    if run is None:
+        if p.strided is None:
+            elementwise(ctx, "copy", dst, [src], shape)
+            return
+        if not _specialize(p.tier, p.n):
+            _generic(ctx, "copy", dst, [src], shape)
+            return
+        run = p.run = ctx.runtime.programs.kernel(ctx.runtime, ctx.index, p.strided[0], ctx.device)
+    _, _, _, (dst_st, src_st), tail, gsize, lsize = p.strided
+    run(ctx.stream if ctx.stream is not None else ctx.runtime.queues[ctx.index], gsize, lsize,
+        [dst.handle, dst.off, *dst_st, src.handle, src.off, *src_st, *tail])
+
+
+def _skey(strides):
+    return tuple(strides) if type(strides) is list else strides
+
+
+class _CopyPlan:
+    """A strided copy's layout: its element count, the tier counter's spec, and the
+    :func:`_strided_plan` of its specialized kernel (None: contiguous, empty or more than
+    MAX_RANK collapsed dims, left to :func:`elementwise`), its Launcher once specialized."""
+
+    __slots__ = ("n", "tier", "strided", "run")
+
+    def __init__(self, ctx, dst: View, src: View, shape):
+        self.n, self.run, self.strided = _prod(shape), None, None
+        self.tier = ("ew", "copy", (src.dtype,), dst.dtype, "g")
+        if self.n and not (dst.mode == "c" and src.mode == "c"):
+            local = min(LOCAL, ctx.runtime.devices[ctx.index].max_work_group_size)
+            plan = _strided_plan(ctx, ("ew", "copy", (src.dtype,), dst.dtype), [dst, src], shape, local, pad=False)
+            if not plan[1]:  # no leading dims beyond the kernel's
+                self.strided = plan
+
+
+_COPIES: dict = {}  # (device, dtypes, shape, strides) -> _CopyPlan
 
 
 def _bits(a) -> str:
