@@ -200,3 +200,35 @@ def test_variance_special_cases_are_numpys():
         np.testing.assert_array_equal(ad.var(ad.asarray(x)).numpy(), want)
     with pytest.raises(ValueError, match=r"var\(\)"):
         ad.var(one, axis=3)
+
+
+@pytest.fixture
+def keyword_op():
+    """A test op whose attribute is named like a Python keyword, with a cpu kernel that counts its calls."""
+    from anydevice.ops import registry
+    from anydevice.runtime.devices import as_device
+
+    op = registry.define("test_shift_by", inputs=("x",), attrs={"lambda": registry.Int(1)},
+                         dtype_rule=registry.same("real_floating"), shape_rule=lambda s, a: s[0],
+                         reference=lambda x, **kw: x + kw["lambda"], category="test", dtypes="real_floating")
+    seen = []
+
+    def kernel(ctx, x, **kw):
+        seen.append(kw)
+        return x + np.asarray(kw["lambda"], x.dtype)
+
+    table = as_device("cpu")._backend.kernels
+    table.register("test_shift_by", kernel)
+    yield op, seen
+    registry._OPS.pop("test_shift_by", None)
+    table._kernels.pop("test_shift_by", None)
+
+
+def test_attributes_named_like_keywords_reach_the_kernel_on_every_hit(keyword_op):
+    op, seen = keyword_op
+    x = ad.asarray(np.arange(3, dtype=np.float32))
+    for k in (1, 2, 2, 5, 5):
+        r = dispatch.call(op, (x,), {"lambda": k})
+        assert r.tolist() == [k, k + 1, k + 2] and r.dtype is ad.float32
+    assert seen == [{"lambda": k} for k in (1, 2, 2, 5, 5)]
+    assert dispatch._RUNNERS.get((1, None)) is not None  # the kernel got its attributes as **kw
