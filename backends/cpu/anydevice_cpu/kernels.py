@@ -167,6 +167,7 @@ _MIN = np.minimum.reduce
 # would mean a row far below the array's largest element: such calls, and NaN or infinities,
 # take the per-row maximum as before.
 _SHORT_ROW = 1024
+_F32 = np.dtype(np.float32)
 _FEW = 512  # below this many elements the per-row formula's fewer numpy calls cost less
 _ONES: dict = {}
 
@@ -174,10 +175,10 @@ _ONES: dict = {}
 def _short_rows(x, axis):
     """``x`` as a (rows, n) float32 matrix when ``axis`` is its last axis, rows are short, the
     array is not tiny and its layout is C-contiguous, else None."""
-    if (x.size < _FEW or x.dtype != np.float32 or axis != x.ndim - 1 or x.shape[-1] > _SHORT_ROW
-            or not x.flags.c_contiguous):
-        return None
-    return x.reshape(-1, x.shape[-1])
+    nd = x.ndim
+    if x.size < _FEW or x.dtype is not _F32 or axis != nd - 1 or x.shape[-1] > _SHORT_ROW or not x.flags.c_contiguous:
+        return None  # (a float32 dtype that is not numpy's own instance just takes the per-row path)
+    return x if nd == 2 else x.reshape(-1, x.shape[-1])
 
 
 def _row_ones(n):
@@ -212,7 +213,7 @@ def _softmax(x, axis):
         if r is not None:
             _, e, s = r
             e /= s[:, None]
-            return e.reshape(x.shape)
+            return e if x.ndim == 2 else e.reshape(x.shape)
     e = np.exp(x - _MAX(x, axis=axis, keepdims=True))
     e /= _SUM(e, axis=axis, keepdims=True)
     return e
@@ -225,8 +226,9 @@ def _log_softmax(x, axis):
     if x2 is not None:  # |y| and |log(s)| stay below ~16 + log(n): their rounding stays below 1e-5
         r = _exp_rows(x2, 16.0, 1e-7)
         if r is not None:
-            y, _, s = r
-            return np.subtract(y, np.log(s)[:, None]).reshape(x.shape)
+            y, e, s = r
+            y = np.subtract(y, np.log(s)[:, None], out=e)  # e's buffer, no longer needed
+            return y if x.ndim == 2 else y.reshape(x.shape)
     s = x - _MAX(x, axis=axis, keepdims=True)
     return s - np.log(_SUM(np.exp(s), axis=axis, keepdims=True))
 
