@@ -4,10 +4,14 @@ and an optional trailing ``sum``/``prod``/``max``/``min``/``mean``) becomes ONE 
 
 The expressions are those of the eager kernels (:data:`codegen.EXPR`), so each intermediate is
 computed, and converted to its dtype, exactly as an eager launch would store it; only reductions
-may differ in the last bits (summation order). Shapes and strides are baked into the source
-(a graph variant has static shapes); every chain of one graph is compiled in one program (PoCL's
-~0.4 s per build is paid once per graph). float16/bfloat16 (eager rounds them after every op)
-and complex values are left to the planned executor, as are nodes without an expression.
+may differ in the last bits (summation order). Sizes and strides are kernel arguments, so the
+source depends only on the chain's structure (ops, dtypes, rank, which inputs broadcast along
+which dims, the reduced dims, the reduction's layout); a kernel is named by a digest of its
+source and kept in the runtime's program cache, so every graph, variant and shape with that
+structure reuses one build, and the kernels a graph still lacks are built in one program at its
+first run (PoCL's ~0.1-0.4 s per build paid once; PoCL's own cache keeps builds across
+processes). float16/bfloat16 (eager rounds them after every op) and complex values are left to
+the planned executor, as are nodes without an expression.
 """
 from __future__ import annotations
 
@@ -115,8 +119,10 @@ def _convert(dt: str, e: str) -> str:
 
 def _index(coords, strides, arg) -> str:
     """The offset of coordinates ``coords`` with the nonzero ``strides``, each a kernel argument
-    named by ``arg(d, stride)``."""
-    terms = [f"{c} * {arg(d, s)}" for d, (c, s) in enumerate(zip(coords, strides)) if s]
+    named by ``arg(d, stride)``, but the last: 1 in every C-contiguous layout, broadcast or not,
+    and written as 1 so that the compiler sees consecutive work-items read consecutive elements."""
+    last = len(coords) - 1
+    terms = [coords[d] if d == last else f"{coords[d]} * {arg(d, s)}" for d, s in enumerate(strides) if s]
     return " + ".join(terms) or "0"
 
 
@@ -143,6 +149,7 @@ class Program:
             # a work-group per output when there are few outputs to share a long reduction; else a work-item
             self.local = RED_LOCAL if self.k >= 4 * RED_LOCAL and self.m < RED_SPLIT else 1
             self.axes, self.kept = axes, kept
+            self.columns = self.local == 1 and len(shape) - 1 not in axes  # the last dim is kept
         body = self._source()
         self.name = "fused_" + hashlib.sha256(body.encode()).hexdigest()[:20]
         self.source = body.replace(_NAME, self.name)
@@ -258,6 +265,9 @@ class Program:
         if L > 1:  # a work-group of L per output element, a tree over its partial results
             head = ["  long g = get_group_id(0); int l = get_local_id(0);", f"  {T} acc = ({T})({ident});", "  long r = g;"]
             loop = f"  for (long kk = l; kk < {k}; kk += {L}) {{"
+        elif self.columns:  # a work-item per output element, all of a work-group's at one step of the loop
+            head = [f"  long g = get_global_id(0); bool live = g < {m};", f"  {T} acc = ({T})({ident});", "  long r = g;"]
+            loop = f"  for (long kk = 0; kk < {k}; kk++) {{ if (live) {{"
         else:  # a work-item per output element
             head = [f"  long g = get_global_id(0); if (g >= {m}) return;", f"  {T} acc = ({T})({ident});", "  long r = g;"]
             loop = f"  for (long kk = 0; kk < {k}; kk++) {{"
@@ -270,6 +280,8 @@ class Program:
         x = names[src.id] if src.dtype.name == acc_dt else _convert(acc_dt, names[src.id])
         body = lines + stores + [f"    {{ {T} a = acc, b = ({T})({x}); acc = ({T})({comb}); }}", "  }"]
         tail = []
+        if self.columns:  # the barrier makes PoCL run the work-items innermost: along a row, not down columns
+            body += ["  barrier(CLK_LOCAL_MEM_FENCE); }", "  if (!live) return;"]
         if L > 1:
             tail += [f"  __local {T} sh[{L}]; sh[l] = acc; barrier(CLK_LOCAL_MEM_FENCE);",
                      f"  for (int w = {L} / 2; w > 0; w >>= 1) {{",
