@@ -350,6 +350,7 @@ def _cases():
     yield "getitem", [_ANY], {"key": (slice(1, None), slice(None, None, 2))}, fl
     yield "getitem", [_ANY], {"key": (1, None, Ellipsis)}, fl
     yield "setitem", [_ANY, _POS[0, :2]], {"key": (slice(0, 1), slice(1, 3))}, fl
+    yield "getitem_grad", [_POS[:2, ::2]], {"shape": (3, 4), "key": (slice(1, None), slice(None, None, 2))}, fl
     yield "take", [_ANY, np.array([2, -1, 0])], {"axis": 1}, fl
     yield "softmax", [_ANY], {"axis": -1}, fl
     yield "log_softmax", [_ANY], {"axis": 0}, fl

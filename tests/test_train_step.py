@@ -233,3 +233,38 @@ def test_softmax_grads_errors(name):
     with pytest.raises(ValueError, match=name):
         getattr(ad, name)(ad.ones((2, 3)), ad.ones((2, 3)), axis=2)
     assert np.all(getattr(ad, name)(ad.ones(()), ad.ones(())).numpy() == 0)
+
+
+_KEYS = [((4, 5), (slice(1, 3),)), ((4, 5), (slice(None), slice(None, None, -2))), ((3,), (1,)),
+         ((3, 4, 5), (None, 0, slice(1, None), -1)), ((3, 4), (Ellipsis, 2))]
+
+
+@pytest.mark.parametrize("shape,key", _KEYS, ids=str)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int32", "bool"])
+def test_getitem_grad_cpu_kernel_equals_decomposition(shape, key, dtype):
+    from anydevice.engine.dispatch import xp
+    from anydevice.ops.indexing import canonical_key
+    from anydevice.ops.registry import get_op
+
+    ck = canonical_key(key, shape)
+    g = ad.asarray(np.asarray(rng.standard_normal(np.zeros(shape)[key].shape) * 3)).astype(getattr(ad, dtype))
+    cpu = ad.getitem_grad(g, shape=shape, key=key)
+    decomposed = get_op("getitem_grad").decomposition(xp, g, shape, ck)
+    assert cpu.dtype == g.dtype and cpu.shape == shape
+    np.testing.assert_array_equal(cpu.numpy(), decomposed.numpy())
+    want = np.zeros(shape, g.numpy().dtype)
+    want[key] = g.numpy()
+    np.testing.assert_array_equal(cpu.numpy(), want)
+
+
+def test_getitem_backward_and_errors():
+    x = rng.standard_normal((4, 5))
+    (g,) = _grads(lambda t: ad.sum(t[1:3, ::2] * 3.0) + ad.sum(t[-1] ** 2.0), x)
+    want = np.zeros((4, 5))
+    want[1:3, ::2] = 3.0
+    want[-1] = 2 * x[-1]
+    np.testing.assert_allclose(g, want)
+    with pytest.raises(ValueError, match=r"getitem_grad\(\): grad of shape \(2, 5\) does not fit x\[key\] of shape \(3, 5\)"):
+        ad.getitem_grad(ad.ones((2, 5)), shape=(4, 5), key=(slice(0, 3),))
+    with pytest.raises(IndexError, match="out of bounds"):
+        ad.getitem_grad(ad.ones(5), shape=(4, 5), key=(7,))

@@ -1,9 +1,14 @@
 """Native numpy kernels of the training step's fused backward ops: the gradient of cross entropy
 with respect to its logits in one pass (softmax, minus one at each label, times the scale), and
-those of softmax and log_softmax from their outputs."""
+those of softmax and log_softmax from their outputs, and that of basic indexing (zeros with the
+gradient at the key)."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
+
+from anydevice.ops.indexing import to_numpy_key
 
 _MAX, _SUM = np.maximum.reduce, np.add.reduce
 
@@ -38,8 +43,20 @@ def log_softmax_grad(g, out, axis):
     return g - np.exp(out) * _SUM(g, axis=axis, keepdims=True)
 
 
+@functools.lru_cache(maxsize=1024)
+def _numpy_key(key):
+    return to_numpy_key(key)
+
+
+def getitem_grad(ctx, g, shape, key):
+    y = np.zeros(shape, g.dtype)
+    y[_numpy_key(key)] = g
+    return y
+
+
 def register(kernels, wrap) -> None:
     """Register the kernels with the cpu backend's wrappers ``wrap`` (name -> wrapper)."""
     for name, fn in (("cross_entropy_grad", cross_entropy_grad), ("softmax_grad", softmax_grad),
                      ("log_softmax_grad", log_softmax_grad)):
         kernels.register(name, wrap["half"](fn))
+    kernels.register("getitem_grad", getitem_grad)

@@ -295,6 +295,12 @@ def _setitem(x, value, key):
     return y
 
 
+def _getitem_grad(g, shape, key):
+    y = cp.zeros(shape, g.dtype)
+    y[to_numpy_key(key)] = g
+    return y
+
+
 def _take(x, indices, axis):
     n = x.shape[axis]
     if indices.size:  # CuPy's take wraps out-of-range indices instead of raising
@@ -485,6 +491,7 @@ TABLE = {
     "squeeze": (lambda x, axis: cp.squeeze(x, axis=axis), "native"),
     "expand_dims": (lambda x, axis: cp.expand_dims(x, axis), "native"), "flip": (_flip, "native"),
     "astype": (_astype, "native"), "getitem": (_getitem, "native"), "setitem": (_setitem, "native"),
+    "getitem_grad": (_getitem_grad, "native"),
     "take": (_take, "native"),
     "full": (lambda shape, fill_value, dtype: cp.full(shape, fill_value, dtype=dtype.numpy), "native"),
     "arange": (_arange, "native"), "eye": (lambda n_rows, n_cols, k, dtype: cp.eye(n_rows, n_cols, k=k, dtype=dtype.numpy), "native"),

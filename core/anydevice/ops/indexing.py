@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from anydevice.base import dtypes as _dt
-from anydevice.ops.registry import Attr, Axis, Optional, check_index_range, define, normalize_axis, with_indices
+from anydevice.ops.registry import Attr, Axis, Optional, Shape, check_index_range, define, normalize_axis, with_indices
 
 
 def _is_canonical(key) -> bool:
@@ -95,8 +95,38 @@ def _getitem_ref(x, key):
 
 
 def _vjp_getitem(xp, g, i, o, key):
-    z = xp.zeros_like(i[0])
-    return (xp.setitem(z, g, key=key),)
+    return (xp.getitem_grad(g, shape=i[0].shape, key=key),)
+
+
+def _getitem_grad(xp, g, shape, key):
+    zero = {"bool": False, "int": 0, "uint": 0, "float": 0.0, "complex": 0j}[g.dtype.kind]
+    return xp.setitem(xp.full(shape, zero, dtype=g.dtype, device=g.device), g, key=key)
+
+
+def _getitem_grad_ref(g, shape, key):
+    y = np.zeros(shape, g.dtype)
+    y[to_numpy_key(key)] = g
+    return y
+
+
+def _getitem_grad_shape(shapes, attrs):
+    want = key_shape(attrs["key"])
+    if tuple(shapes[0]) != want:
+        raise ValueError(f"getitem_grad(): grad of shape {tuple(shapes[0])} does not fit x[key] of shape {want} "
+                         f"(x of shape {attrs['shape']})")
+    return attrs["shape"]
+
+
+def _getitem_grad_samples(d, rng):
+    from anydevice.ops.samples import Sample, values
+
+    cases = [((4, 5), (slice(1, 3),)), ((4, 5), (slice(None), slice(None, None, 2))), ((3, 4), (1,)),
+             ((2, 3, 4), (None, 0, slice(1, None), -1)), ((3,), ())]
+    out = []
+    for shape, key in cases:
+        ck = canonical_key(key, shape)
+        out.append(Sample([values(rng, d, key_shape(ck))], {"shape": shape, "key": ck}, f"{shape}[{key}]"))
+    return out
 
 
 def _canon_key(shapes, attrs):
@@ -106,6 +136,14 @@ def _canon_key(shapes, attrs):
 define("getitem", inputs=("x",), attrs={"key": Attr(())}, dtype_rule=_same, canon=_canon_key, shape_rule=lambda s, a: key_shape(a["key"]),
        reference=_getitem_ref, vjp=_vjp_getitem, category="indexing",
        doc="basic indexing x[key] with a canonical key (see module docstring)")
+define("getitem_grad", inputs=("grad",), attrs={"shape": Shape(), "key": Attr(())}, dtype_rule=_same,
+       canon=lambda shapes, a: {"shape": a["shape"], "key": canonical_key(a["key"], a["shape"])},
+       shape_rule=_getitem_grad_shape, reference=_getitem_grad_ref, decomposition=_getitem_grad,
+       vjp=lambda xp, g, i, o, shape, key: (xp.getitem(g, key=key),), category="indexing",
+       samples=_getitem_grad_samples,
+       errors=[([np.ones((2, 5), np.float32)], {"shape": (4, 5), "key": (slice(0, 3),)}, ValueError,
+                "grad (2, 5) for x[0:3] of shape (3, 5)")],
+       doc="the gradient of x[key]: zeros of x's shape with grad at key (getitem's VJP in one op)")
 
 
 def _setitem_rule(ds, attrs):
