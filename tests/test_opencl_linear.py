@@ -4,27 +4,17 @@ decomposition's kernels on the device (transposing copy, matmul, add) on both ti
 batched inputs, a 0-d bias, empty shapes; the cpu's errors; gradients."""
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
 
 pytest.importorskip("anydevice_opencl")
 
+from opencl_support import has_dtype, needs_opencl, no_fallback, spy_launches  # noqa: E402, F401
+
 import anydevice as ad  # noqa: E402
-from anydevice import dispatch  # noqa: E402
 
-_reason = ("pyopencl is not installed (pip install anydevice-opencl)" if importlib.util.find_spec("pyopencl") is None
-           else ad.device.unavailable_reason("opencl"))
-pytestmark = pytest.mark.skipif(bool(_reason), reason=f"no usable OpenCL device: {_reason}")
+pytestmark = [needs_opencl, pytest.mark.usefixtures("no_fallback")]
 RNG = np.random.default_rng(5)
-
-
-@pytest.fixture(autouse=True)
-def _no_fallback():
-    saved = dispatch.set_fallback_mode("error")
-    yield
-    dispatch.set_fallback_mode(saved)
 
 
 def on(a):
@@ -38,7 +28,7 @@ CASES = [((256, 64), 256, True), ((256, 256), 10, True), ((3, 7, 50), 33, True),
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("xs,n,vector_bias", CASES)
 def test_matches_numpy_and_the_decomposition_bit_for_bit(xs, n, vector_bias, dtype):
-    if dtype not in ad.__array_namespace_info__().dtypes(device="opencl"):
+    if not has_dtype(dtype):
         pytest.skip(f"the OpenCL device has no {dtype}")
     x = RNG.standard_normal(xs).astype(dtype)
     w = RNG.standard_normal((n, xs[-1])).astype(dtype)
@@ -53,10 +43,7 @@ def test_matches_numpy_and_the_decomposition_bit_for_bit(xs, n, vector_bias, dty
 
 
 def test_large_float32_takes_the_packed_path(monkeypatch):
-    from anydevice_opencl import kernels
-
-    seen, launch = [], kernels._launch
-    monkeypatch.setattr(kernels, "_launch", lambda ctx, spec, *a: (seen.append(spec), launch(ctx, spec, *a))[1])
+    seen = spy_launches(monkeypatch)
     x, w, b = (RNG.standard_normal(s).astype(np.float32) for s in ((128, 64), (96, 64), (96,)))
     got = ad.linear(on(x), on(w), on(b)).numpy()
     assert [s[2] for s in seen] == ["packt", "packedb"], seen

@@ -4,7 +4,6 @@ float64 numpy oracle over every axis, short and long rows, the 16-bit floats and
 launches per call; the same errors as on the cpu; gradients through them."""
 from __future__ import annotations
 
-import importlib.util
 import warnings
 
 import numpy as np
@@ -12,12 +11,11 @@ import pytest
 
 pytest.importorskip("anydevice_opencl")
 
-import anydevice as ad  # noqa: E402
-from anydevice import dispatch  # noqa: E402
+from opencl_support import has_dtype, needs_opencl, no_fallback, spy_launches  # noqa: E402, F401
 
-_reason = ("pyopencl is not installed (pip install anydevice-opencl)" if importlib.util.find_spec("pyopencl") is None
-           else ad.device.unavailable_reason("opencl"))
-pytestmark = pytest.mark.skipif(bool(_reason), reason=f"no usable OpenCL device: {_reason}")
+import anydevice as ad  # noqa: E402
+
+pytestmark = [needs_opencl, pytest.mark.usefixtures("no_fallback")]
 RNG = np.random.default_rng(11)
 FNS = {"softmax": ad.softmax, "log_softmax": ad.log_softmax}
 
@@ -30,13 +28,6 @@ def _oracle(kind, x, axis):
     s = x - np.max(x, axis=axis, keepdims=True)
     lse = np.log(np.sum(np.exp(s), axis=axis, keepdims=True))
     return np.exp(s - lse) if kind == "softmax" else s - lse
-
-
-@pytest.fixture(autouse=True)
-def _no_fallback():  # every call here runs on the device: a CPU fallback is an error
-    saved = dispatch.set_fallback_mode("error")
-    yield
-    dispatch.set_fallback_mode(saved)
 
 
 @pytest.mark.parametrize("kind", list(FNS))
@@ -54,7 +45,7 @@ def test_matches_cpu_and_oracle(kind, shape, axis):
 @pytest.mark.parametrize("kind", list(FNS))
 @pytest.mark.parametrize("dtype,tol", [("float16", 2e-3), ("bfloat16", 1.6e-2), ("float64", 1e-12)])
 def test_other_float_dtypes(kind, dtype, tol):
-    if dtype not in ad.__array_namespace_info__().dtypes(device="opencl"):
+    if not has_dtype(dtype):
         pytest.skip(f"the OpenCL device has no {dtype}")
     x = ad.astype(ad.asarray((RNG.standard_normal((33, 70)) * 3).astype(np.float32)), dtype)
     got = FNS[kind](x.to("opencl"), axis=-1)
@@ -77,10 +68,7 @@ def test_special_values_as_on_the_cpu(kind):
 
 @pytest.mark.parametrize("kind", list(FNS))
 def test_one_launch_per_call(kind, monkeypatch):
-    from anydevice_opencl import kernels
-
-    seen, launch = [], kernels._launch
-    monkeypatch.setattr(kernels, "_launch", lambda ctx, spec, *a: (seen.append(spec), launch(ctx, spec, *a))[1])
+    seen = spy_launches(monkeypatch)
     x = ad.asarray(RNG.standard_normal((8, 200)).astype(np.float32), device="opencl")
     FNS[kind](x, axis=-1).numpy()
     FNS[kind](x[:, :10], axis=-1).numpy()
@@ -144,7 +132,7 @@ def test_cross_entropy_matches_cpu_and_oracle(shape, reduction):
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("dtype,tol", [("float16", 5e-3), ("bfloat16", 3e-2), ("float64", 1e-12)])
 def test_cross_entropy_other_dtypes(dtype, tol, reduction):
-    if dtype not in ad.__array_namespace_info__().dtypes(device="opencl"):
+    if not has_dtype(dtype):
         pytest.skip(f"the OpenCL device has no {dtype}")
     x = ad.astype(ad.asarray((RNG.standard_normal((300, 7)) * 3).astype(np.float32)), dtype)
     lab = ad.asarray(RNG.integers(0, 7, 300).astype(np.int32))
@@ -169,10 +157,7 @@ def test_cross_entropy_with_infinite_logits_as_on_the_cpu():
 
 
 def test_cross_entropy_launches(monkeypatch):
-    from anydevice_opencl import kernels
-
-    seen, launch = [], kernels._launch
-    monkeypatch.setattr(kernels, "_launch", lambda ctx, spec, *a: (seen.append(spec), launch(ctx, spec, *a))[1])
+    seen = spy_launches(monkeypatch)
     x = ad.asarray(RNG.standard_normal((256, 10)).astype(np.float32), device="opencl")
     lab = ad.asarray(RNG.integers(0, 10, 256), device="opencl")
     ad.cross_entropy(x, lab).numpy()

@@ -521,6 +521,39 @@ def cross_entropy_grad(ctx, out, logits, labels, grad, reduction="mean"):
              grad.handle, _off(grad), int(reduction == "none"), max(rows, 1) if reduction == "mean" else 0])
 
 
+# --- mean / var: the decompositions' kernels, called without dispatching each ----------------------
+_DIVIDE, _SUBTRACT, _MULTIPLY = (_elementwise_kernel(op) for op in ("divide", "subtract", "multiply"))
+
+
+def _sum(ctx, x, axes: tuple, keepdims: bool):
+    shape = tuple(1 if d in axes else n for d, n in enumerate(x.shape) if keepdims or d not in axes)
+    out = ctx.empty(shape, x.dtype)
+    reduce(ctx, "sum", out, x, axes)
+    return out
+
+
+def _scalar(ctx, value: float, dtype):
+    """A 0-d array of ``dtype`` holding ``value`` (as the dispatcher turns a Python float into
+    one), filled on the device."""
+    out = ctx.empty((), dtype)
+    pattern = np.array(value, dtype=dtype.numpy).reshape(1).view(_BITS[dtype.itemsize])
+    ctx.runtime.fill(ctx.index, out.handle, out.byte_offset, pattern, dtype.itemsize, ctx.stream)
+    return out
+
+
+def mean(ctx, x, axis, keepdims):
+    """``sum(x) / count``: the decomposition's sum and divide kernels (results bit-equal to it)."""
+    return _DIVIDE(ctx, _sum(ctx, x, tuple(axis), keepdims), _scalar(ctx, float(_prod(x.shape[a] for a in axis)), x.dtype))
+
+
+def var(ctx, x, axis, keepdims, correction=0.0):
+    """``sum((x - mean(x))**2) / (count - correction)``: the decomposition's kernels in its order."""
+    axis = tuple(axis)
+    n = _prod(x.shape[a] for a in axis)
+    d = _SUBTRACT(ctx, x, mean(ctx, x, axis, True))
+    return _DIVIDE(ctx, _sum(ctx, _MULTIPLY(ctx, d, d), axis, keepdims), _scalar(ctx, float(max(n - correction, 0)), x.dtype))
+
+
 # --- matmul ------------------------------------------------------------------------------------
 def _operand(ctx, a, shape2, batch):
     """(array, batch stride) of ``a`` read as ``batch + shape2``; a broadcast batch is materialized.
@@ -757,6 +790,8 @@ def register(kernels, runtime) -> None:
         dts = [d for d in codegen.CTYPES if codegen.CTYPES[d].kind != "c" or kind in ("sum", "prod")]
         kernels.register(kind, _reduce_kernel(kind), dtypes=dts, out=True)
     kernels.register("astype", astype, dtypes=list(codegen.CTYPES), out=True)
+    for name, fn in (("mean", mean), ("var", var)):  # 16-bit floats decompose in float32
+        kernels.register(name, fn, dtypes=["float32", "float64"], out=False)
     kernels.register("matmul", matmul, dtypes=[d for d in codegen.CTYPES if d != "bool"], out=True)
     kernels.register("linear", linear, dtypes=["float32", "float64"], out=True)  # 16-bit: decomposed in float32
     kernels.register("reshape", reshape, out=False)
