@@ -1035,10 +1035,16 @@ def op_function(op):
                         (name, v), = kwargs.items()
                         t = type(v)
                         key = (a.device._ctx, a.dtype, a.shape, name, t, v) if t in _KEYABLE else _call_key(args, kwargs)
+                elif (len(args) == 2 and not kwargs and type(a := args[0]) is Tensor and type(b := args[1]) is tuple
+                      and _SEQ_PLAIN.issuperset(ts := tuple(map(type, b)))):  # a shape or axes
+                    key = (a.device._ctx, a.dtype, a.shape, tuple, b, ts)
                 else:
                     key = _call_key(args, kwargs)
                 if key is not None:
-                    e = op.plans.get(_CALLS, _EMPTY).get(key)
+                    try:  # subscripts: cheaper than two .get() calls when the call is cached
+                        e = op.plans[_CALLS][key]
+                    except KeyError:
+                        e = None
                     if e is not None:
                         return e.run(args, key)
             return call(op, args, kwargs)
