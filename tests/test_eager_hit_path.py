@@ -70,6 +70,18 @@ def test_attributes_of_another_type_get_their_own_validation(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_tuples_of_bools_are_not_tuples_of_ints(device):
+    x = _t(device=device)
+    for _ in range(3):  # (1, 0) == (True, False) in Python: the keys must still tell them apart
+        assert ad.permute_dims(x, (1, 0)).shape == (4, 3)
+        with pytest.raises(TypeError, match=r"permute_dims\(\): axes must be a tuple of ints"):
+            ad.permute_dims(x, (True, False))
+        assert ad.reshape(x, (1, 12)).shape == (1, 12)
+        with pytest.raises(TypeError, match=r"reshape\(\): shape must be"):
+            ad.reshape(x, (True, 12))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_the_same_errors_on_every_call(device):
     x, y = _t(device=device), _t((3, 5), seed=1, device=device)
     msgs = set()

@@ -288,6 +288,7 @@ _EMPTY: dict = {}
 _CALLS_MAX = 4096
 _KEYABLE = frozenset({type(None), bool, int, str, type(Ellipsis), _dt.DType, Device})
 _SEQ_PLAIN = frozenset({type(None), bool, int, str, type(Ellipsis), _dt.DType})
+_INTS = frozenset({int})  # also the tag of op functions' keys for (x, tuple of ints): no loop key holds it
 
 
 def _call_key(args, kwargs):
@@ -1036,8 +1037,13 @@ def op_function(op):
                         t = type(v)
                         key = (a.device._ctx, a.dtype, a.shape, name, t, v) if t in _KEYABLE else _call_key(args, kwargs)
                 elif (len(args) == 2 and not kwargs and type(a := args[0]) is Tensor and type(b := args[1]) is tuple
-                      and _SEQ_PLAIN.issuperset(ts := tuple(map(type, b)))):  # a shape or axes
-                    key = (a.device._ctx, a.dtype, a.shape, tuple, b, ts)
+                      and _INTS.issuperset(map(type, b))):  # a shape or axes of ints: a key of its own form
+                    key = (a.device._ctx, a.dtype, a.shape, _INTS, b)
+                    try:
+                        e = op.plans[_CALLS][key]
+                    except KeyError:
+                        return call_keyed(op, args, kwargs, key)  # stored under this key
+                    return e.run(args, key)
                 else:
                     key = _call_key(args, kwargs)
                 if key is not None:
