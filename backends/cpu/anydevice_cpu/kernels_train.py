@@ -34,13 +34,20 @@ def cross_entropy_grad(logits, labels, grad, reduction):
 def softmax_grad(g, out, axis):
     if out.ndim == 0:
         return np.zeros_like(g)
-    return out * (g - _SUM(g * out, axis=axis, keepdims=True))
+    t = np.multiply(g, out)  # out * (g - sum(g * out)), each step into one buffer
+    s = _SUM(t, axis=axis, keepdims=True)
+    np.subtract(g, s, out=t)
+    t *= out
+    return t
 
 
 def log_softmax_grad(g, out, axis):
     if out.ndim == 0:
         return np.zeros_like(g)
-    return g - np.exp(out) * _SUM(g, axis=axis, keepdims=True)
+    e = np.exp(out)  # g - exp(out) * sum(g), into one buffer
+    e *= _SUM(g, axis=axis, keepdims=True)
+    np.subtract(g, e, out=e)
+    return e
 
 
 @functools.lru_cache(maxsize=1024)

@@ -98,7 +98,7 @@ def _propagate(n: Node, g, grads: dict) -> None:
         g = g.filled(xp, n.out)
     vjp = n.op.vjp
     if getattr(vjp, "partial", False):  # it skips the gradients of inputs that need none
-        in_grads = vjp(xp, g, n.inputs, n.out, needs=tuple(p is not None for p in n.parents), **n.attrs)
+        in_grads = vjp(xp, g, n.inputs, n.out, needs=tuple([p is not None for p in n.parents]), **n.attrs)
     else:
         in_grads = vjp(xp, g, n.inputs, n.out, **n.attrs)
     if not isinstance(in_grads, (tuple, list)):
