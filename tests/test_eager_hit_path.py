@@ -23,12 +23,12 @@ def _loop_key(args):
     return k[:-6]
 
 
-@pytest.mark.parametrize("form", ["x", "x,y", "x,shape", "c,x,y", "list", "list_of_one"])
+@pytest.mark.parametrize("form", ["x", "x,y", "x,shape", "c,x,y", "list", "list_of_one", "list_of_three"])
 def test_the_quick_keys_are_the_general_loops(form):
     x, y = _t(), _t(seed=1)
     c = x > y
     args = {"x": (x,), "x,y": (x, y), "x,shape": (x, (4, -1)), "c,x,y": (c, x, y), "list": ([x, y],),
-            "list_of_one": ([x],)}[form]
+            "list_of_one": ([x],), "list_of_three": ([x, y, x],)}[form]
     assert dispatch._call_key(args, {}) == _loop_key(args)
 
 

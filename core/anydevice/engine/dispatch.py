@@ -310,6 +310,8 @@ def _call_key(args, kwargs):
                 return (a.device._ctx, a.dtype, a.shape, b.device._ctx, b.dtype, b.shape, c.device._ctx, c.dtype,
                         c.shape)
         elif n == 1 and type(a) is list and a:  # a list input (concat, stack)
+            if len(a) == 2 and type(p := a[0]) is Tensor and type(q := a[1]) is Tensor:
+                return (list, 2, p.device._ctx, p.dtype, p.shape, q.device._ctx, q.dtype, q.shape)
             k = [list, len(a)]
             for x in a:
                 if type(x) is not Tensor:
