@@ -58,7 +58,8 @@ def _tiered(spec, work: int) -> tuple:
 # --- launching -----------------------------------------------------------------------------------
 def _launch(ctx, spec, gsize, lsize, args) -> None:
     rt = ctx.runtime
-    rt.programs.kernel(rt, ctx.index, spec, ctx.device)(rt.queue(ctx.index, ctx.stream), gsize, lsize, args)
+    run = rt.programs.kernels.get((ctx.index, spec)) or rt.programs.kernel(rt, ctx.index, spec, ctx.device)
+    run(ctx.stream if ctx.stream is not None else rt.queues[ctx.index], gsize, lsize, args)
 
 
 def _prod(shape) -> int:
