@@ -1,11 +1,15 @@
 """The simulated accelerators next to the cpu backend, side by side in one run.
 
-    python benchmarks/bench_sim.py [--devices npu,xpu,dcu] [--rounds 9] [--steps 20]
+    python benchmarks/bench_sim.py [--devices npu,xpu,dcu] [--rounds 9] [--steps 20] [--ops]
+                                   [--clock wall|process]
 
 1. tiny ops: ``a + b`` of two 4-element float32 tensors and ``sum`` of a 4x4 one, per op,
    *including* running the queued work (a synchronize ends every burst);
 2. one MLP training step: 64-256-10 perceptron, batch 256, cross entropy, Adam (the model of
-   ``examples/mlp_digits.py``), synchronized at the end of each burst of steps.
+   ``examples/mlp_digits.py``), synchronized at the end of each burst of steps;
+3. with ``--ops``: the common ops on a 16x16 float32 (reductions, softmax, views and copies), each
+   as a ratio to ``a + b`` on the same device in the same rounds: what a device adds per op beyond
+   its cheapest kernel.
 
 Devices are measured in turn within every round (interleaved), so load drift hits all of them
 alike; each figure is the median over the rounds, with the min-max range, and the ratio is to
@@ -56,13 +60,19 @@ def mlp_step(dev: str, batch: int = 256):
     return step, (lambda loss: np.isfinite(float(loss.item())))
 
 
+#: what burst() reads: wall seconds, or with ``--clock process`` the CPU seconds of this process
+#: (every thread of it, stream workers included), steadier on a machine others load
+CLOCK = [time.perf_counter]
+
+
 def burst(fn, dev: str, n: int) -> float:
     """Seconds per call of ``fn`` over ``n`` calls, queued work included."""
-    t0 = time.perf_counter()
+    clock = CLOCK[0]
+    t0 = clock()
     for _ in range(n):
         r = fn()
     ad.device.synchronize(dev)
-    t = (time.perf_counter() - t0) / n
+    t = (clock() - t0) / n
     burst.last = r
     return t
 
@@ -89,6 +99,45 @@ def compare(name: str, make, devices: list[str], n: int, rounds: int) -> list[tu
     return rows
 
 
+#: op name -> f(x, y) of two 16x16 float32 tensors
+OPS = {
+    "add": lambda x, y: x + y, "sum": lambda x, y: ad.sum(x), "sum(axis=0)": lambda x, y: ad.sum(x, axis=0),
+    "max": lambda x, y: ad.max(x), "mean": lambda x, y: ad.mean(x), "var": lambda x, y: ad.var(x),
+    "softmax": lambda x, y: ad.softmax(x, axis=-1), "log_softmax": lambda x, y: ad.log_softmax(x, axis=-1),
+    "permute_dims": lambda x, y: ad.permute_dims(x, (1, 0)), "x[1:3]": lambda x, y: x[1:3],
+    "concat": lambda x, y: ad.concat([x, y]), "where": lambda x, y: ad.where(x > y, x, y),
+    "astype": lambda x, y: x.astype(ad.float16), "matmul": lambda x, y: x @ y,
+}
+
+
+def op_costs(devices: list[str], n: int, rounds: int) -> list[tuple]:
+    """Per-call seconds of every op of :data:`OPS` on every device (bursts of ``n`` calls and a
+    synchronize, interleaved); rows (op, dev, median, lo, hi, ratio to the device's add)."""
+    rng = np.random.default_rng(0)
+    host = [rng.standard_normal((16, 16)).astype(np.float32) for _ in range(2)]
+    args = {dev: [ad.asarray(h, device=dev) for h in host] for dev in devices}
+    times = {(op, dev): [] for op in OPS for dev in devices}
+    for f in OPS.values():  # warm up: plans, caches, first allocations
+        for dev in devices:
+            burst(lambda f=f, a=args[dev]: f(*a), dev, max(1, n // 10))
+    for _ in range(rounds):
+        for op, f in OPS.items():
+            for dev in devices:
+                times[(op, dev)].append(burst(lambda f=f, a=args[dev]: f(*a), dev, n))
+    rows = []
+    for op in OPS:
+        for dev in devices:
+            t = times[(op, dev)]
+            med = statistics.median(t)
+            rows.append((op, dev, med, min(t), max(t), med / statistics.median(times[("add", dev)])))
+    return rows
+
+
+def report_ops(rows: list[tuple]) -> None:
+    for op, dev, med, lo, hi, ratio in rows:
+        print(f"{op:<28} {dev:<6} {med * 1e6:9.2f} us  [{lo * 1e6:8.2f} - {hi * 1e6:8.2f}]   {ratio:5.2f}x {dev} add")
+
+
 def report(rows: list[tuple], target: float) -> None:
     for name, dev, med, lo, hi, ratio in rows:
         mark = "" if dev == "cpu" else f"   {ratio:5.2f}x cpu (target <= {target:g}x)"
@@ -101,9 +150,18 @@ def main(argv=None) -> list[tuple]:
     p.add_argument("--rounds", type=int, default=9, help="interleaved rounds (median, min-max over them)")
     p.add_argument("--n", type=int, default=2000, help="tiny ops per burst")
     p.add_argument("--steps", type=int, default=20, help="MLP steps per burst")
+    p.add_argument("--ops", action="store_true", help="only the per-op costs next to add (section 3)")
+    p.add_argument("--clock", choices=("wall", "process"), default="wall",
+                   help="wall time, or the CPU time of this process (steadier on a loaded machine)")
     args = p.parse_args(argv)
+    CLOCK[0] = time.perf_counter if args.clock == "wall" else time.process_time
     devices = ["cpu"] + [d.strip() for d in args.devices.split(",") if d.strip()]
-    print(f"load average {os.getloadavg()[0]:.2f}; median of {args.rounds} interleaved rounds [min - max]")
+    print(f"load average {os.getloadavg()[0]:.2f}; median of {args.rounds} interleaved rounds [min - max]; "
+          f"{args.clock} time")
+    if args.ops:
+        rows = op_costs(devices, args.n, args.rounds)
+        report_ops(rows)
+        return rows
     rows = []
     for name, make, n, target in (("add 4 x float32 (+sync)", tiny_add, args.n, 3.0),
                                   ("sum 4x4 float32 (+sync)", tiny_sum, args.n, 3.0),

@@ -40,6 +40,9 @@ CASES = {
     "not_equal": lambda x, y, w, b, t: ad.not_equal(x, y[0]),
     "logical_and": lambda x, y, w, b, t: ad.logical_and(x > 0, y > 0),
     "logical_not": lambda x, y, w, b, t: ad.logical_not(x > y),
+    "any": lambda x, y, w, b, t: ad.any(x > 1.0, axis=0), "all": lambda x, y, w, b, t: ad.all(x > -3.0),
+    "isnan": lambda x, y, w, b, t: ad.isnan(ad.log(x)), "isinf": lambda x, y, w, b, t: ad.isinf(x / 0.0),
+    "isfinite": lambda x, y, w, b, t: ad.isfinite(ad.log(x)),
     # primitives through the kernels that allocate their own result
     "sum": lambda x, y, w, b, t: ad.sum(x, axis=0),
     "max": lambda x, y, w, b, t: ad.max(x),
@@ -238,3 +241,33 @@ def test_a_replayed_cross_entropy_with_a_bad_label_leaves_the_device_usable():
     with pytest.raises(IndexError, match="label"):
         f(logits, ad.asarray(LABELS + 2, device="npu:5"))
     assert f(logits, good).numpy().tobytes() == F.cross_entropy(ad.asarray(X), ad.asarray(LABELS)).numpy().tobytes()
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "getitem", "cross_entropy", "linear", "relu", "mean", "var"])
+def test_gradients_equal_the_cpus_bit_for_bit(name):
+    """Backward passes run the fused gradient ops natively too (softmax_grad, getitem_grad, ...)."""
+    scale = RNG.standard_normal(np.asarray(CASES[name](*[ad.asarray(v) for v in (X, Y, W, B, LABELS)])).shape)
+
+    def grad(dev):
+        x = ad.asarray(X, device=dev).requires_grad_()
+        out = CASES[name](x, *[ad.asarray(v, device=dev) for v in (Y, W, B, LABELS)])
+        ad.sum(out * ad.asarray(scale.astype(np.float32), device=dev)).backward()
+        return x.grad.numpy().tobytes()
+
+    want = grad("cpu")
+    assert grad("npu") == want and grad("dcu") == want
+
+
+def test_bench_sim_per_op_section_puts_every_op_next_to_add(capsys):
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "bench_sim.py"
+    spec = importlib.util.spec_from_file_location("bench_sim", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = mod.main(["--ops", "--devices", "npu", "--rounds", "2", "--n", "5", "--clock", "process"])
+    assert [(r[0], r[1]) for r in rows] == [(op, d) for op in mod.OPS for d in ("cpu", "npu")]
+    assert all(r[5] == 1.0 for r in rows if r[0] == "add") and all(0 < r[3] <= r[2] <= r[4] for r in rows)
+    out = capsys.readouterr().out
+    assert "process time" in out and out.count("x npu add") == len(mod.OPS)

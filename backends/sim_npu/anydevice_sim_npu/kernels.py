@@ -41,8 +41,10 @@ EXTRA = ("matmul",)
 #: devices are where those decompositions are tested. On a type with ``missing_ops`` (xpu) every
 #: composite decomposes, as far as the dispatcher can.
 #: (Those the cpu backend has kernels for: their math is the cpu's.)
-COMMON = ("linear", "relu", "softmax", "log_softmax", "cross_entropy", "cross_entropy_grad", "mean", "var",
-          "matrix_transpose", "expand_dims", "squeeze", "logical_not")
+COMMON = ("linear", "relu", "softmax", "log_softmax", "cross_entropy", "mean", "var", "matrix_transpose",
+          "expand_dims", "squeeze", "logical_not", "all", "any", "isnan", "isinf", "isfinite",
+          # the fused steps of a training step's backward pass, and its label check
+          "cross_entropy_grad", "softmax_grad", "log_softmax_grad", "getitem_grad", "index_in_range")
 #: The binary ones among them, on the ufunc path of :data:`UFUNCS`.
 COMMON_UFUNCS = {
     "greater": np.greater, "greater_equal": np.greater_equal, "less_equal": np.less_equal,
