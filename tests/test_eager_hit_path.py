@@ -187,7 +187,7 @@ def test_softmax_of_half_precision_rows(dtype):
                                rtol=2e-2, atol=2e-3)
 
 
-@pytest.mark.parametrize("shape", [(64, 64), (4097,), (2, 3, 5, 7)])
+@pytest.mark.parametrize("shape", [(64, 64), (4097,), (2, 3, 5, 7), ((1 << 20) + 1,)])
 @pytest.mark.parametrize("correction", [0.0, 1.0, 2])
 @pytest.mark.parametrize("keepdims", [False, True])
 def test_whole_array_variance(shape, correction, keepdims):

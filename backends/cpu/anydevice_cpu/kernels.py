@@ -303,12 +303,13 @@ def _make_complex(re, im):
 
 
 def _var(x, axis, keepdims, correction):
-    """np.var; a float32 variance of a whole contiguous array as np.var computes it (the mean,
-    the deviations, their squares summed, divided by n - correction), the sum of squares one
-    BLAS dot product instead of a multiply and a sum."""
+    """np.var; a float32 variance of a whole contiguous array of at most 2**20 elements as np.var
+    computes it (the mean, the deviations, their squares summed, divided by n - correction), the
+    sum of squares one BLAS dot product instead of a multiply and a sum (beyond that size numpy's
+    pairwise sum keeps the rounding smaller, and the call's overhead no longer matters)."""
     n = x.size
     whole = axis is None or (type(axis) is tuple and len(axis) == x.ndim)  # canon lists every axis once
-    if not whole or x.dtype != np.float32 or not n > correction or not x.flags.c_contiguous:
+    if not whole or x.dtype is not _F32 or not correction < n <= 1 << 20 or not x.flags.c_contiguous:
         return np.var(x, axis=axis, keepdims=keepdims, ddof=correction)
     d = np.subtract(x.reshape(-1), np.float32(_SUM(x, axis=None) / np.intp(n)))
     v = np.dot(d, d)
