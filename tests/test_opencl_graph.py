@@ -122,3 +122,27 @@ def test_a_compiled_chain_raises_eagers_error_on_bad_shapes():
         f(*bad)
     assert str(compiled.value) == str(eager.value)
     assert "multiply" in str(eager.value) and "(4, 5)" in str(eager.value) and "(6,)" in str(eager.value)
+
+
+def test_sibling_reductions_share_one_kernel_with_their_epilogue():
+    """A min and a max of one value (an input here) and what is computed from both are one kernel;
+    so are a sum, a max and a mean of one chain's value, with the max - mean after them."""
+    def fn(y, x):
+        z = x * 2.0
+        return (ad.logical_and(ad.min(y) >= 0, ad.max(y) < 10), ad.sum(z, axis=0),
+                ad.max(z, axis=0) - ad.mean(z, axis=0), ad.min(x, axis=1))
+
+    y = ad.asarray(np.arange(300) % 10, device="opencl")
+    x = _t((300, 70))
+    want = [t.numpy() for t in fn(y, x)]
+    f = ad.jit.compile(fn)
+    for _ in range(2):
+        got = [t.numpy() for t in f(y, x)]
+    run = partition.build(f.last_graph)
+    assert run.stats["fused_kernels"] == 2 and run.stats["claimed_nodes"] == 10, run.explain()
+    assert got[0] == want[0] and got[0].dtype == np.bool_
+    np.testing.assert_array_equal(got[3], want[3])
+    for g, w in zip(got[1:3], want[1:3]):
+        np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5)
+    bad = ad.asarray(np.array([3, 12, 5]), device="opencl")  # out of range: the epilogue sees both results
+    assert not f(bad, x[:3])[0].numpy() and not fn(bad, x[:3])[0].numpy()

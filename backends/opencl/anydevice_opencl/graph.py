@@ -170,7 +170,8 @@ class Program:
         return out
 
     # the per-element body: loads of the inputs it reads, one statement per node
-    def _body(self, coords, lin, indent="  ", nodes=None, shape=None, names=None, tag="a") -> tuple[list, list, dict]:
+    def _body(self, coords, lin, indent="  ", nodes=None, shape=None, names=None, tag="a",
+              reads=()) -> tuple[list, list, dict]:
         """Statements computing ``nodes`` (default: the element-wise nodes before the reduction) at
         coordinates ``coords`` of ``shape`` (linear index ``lin``), and the stores of the values
         among them that leave the chain; ``tag`` names the stride arguments of this context."""
@@ -178,8 +179,9 @@ class Program:
         nodes = self.chain.elementwise if nodes is None else nodes
         names, lines = dict(names or {}), []
         index = {v.id: k for k, v in enumerate(self.inputs)}
-        for node in nodes:
-            for v in node.input_values() if hasattr(node, "input_values") else ():
+        for node in list(nodes) + [None]:
+            vals = list(reads) if node is None else node.input_values() if hasattr(node, "input_values") else ()
+            for v in vals:
                 k = index.get(v.id)
                 if k is None or v.id in names:
                     continue
@@ -190,6 +192,8 @@ class Program:
                     idx = _index(coords, _bstrides(v.shape, shape), lambda d, s, k=k: self._arg(f"p{k}_{tag}{d}", s))
                 names[v.id] = f"i{k}"
                 lines.append(f"{indent}{codegen.CTYPES[dt].storage} i{k} = {codegen.load(dt, f'p{k}', f'p{k}_o + ' + idx)};")
+            if node is None:
+                break
             ins, out = _signature(node, True)
             args = []
             vals = [x for x in node.inputs if hasattr(x, "dtype")]
@@ -247,8 +251,9 @@ class Program:
         lines, stores, _ = self._body(coords, "i")
         return f"__kernel void {_NAME}({self._params()}) {{\n" + "\n".join(head + lines + stores) + "\n}\n"
 
-    def _reduction_source(self, shape, coords) -> str:
-        red, L = self.chain.reduction, self.local
+    @staticmethod
+    def _accumulator(red) -> tuple:
+        """``(C type, combine expression over a and b, identity, accumulator dtype)`` of a reduction."""
         kind = "sum" if red.op.name == "mean" else red.op.name
         out_dt = red.outputs[0].dtype.name
         c = red.compute
@@ -256,47 +261,61 @@ class Program:
         if kind in ("sum", "prod"):
             acc_dt = out_dt
         ct = codegen.CTYPES[acc_dt]
-        T = ct.compute
         comb, ident = codegen._COMBINE[kind]
         if ct.kind not in "f" and kind in codegen._COMBINE_INT:
             comb = codegen._COMBINE_INT[kind]
-        ident = ident.format(lo=ct.lo, hi=ct.hi)
+        return ct.compute, comb, ident.format(lo=ct.lo, hi=ct.hi), acc_dt
+
+    def _reduction_source(self, shape, coords) -> str:
+        """The chain's reductions (one, or several of the same axes: one accumulator each), then
+        its epilogue at the result's coordinates."""
+        reds, L = self.chain.reductions, self.local
+        accs = [self._accumulator(r) for r in reds]
         m, k = self._arg("size_m", self.m), self._arg("size_k", self.k)
+        init = [f"  {T} acc{j} = ({T})({ident});" for j, (T, _, ident, _) in enumerate(accs)]
         if L > 1:  # a work-group of L per output element, a tree over its partial results
-            head = ["  long g = get_group_id(0); int l = get_local_id(0);", f"  {T} acc = ({T})({ident});", "  long r = g;"]
+            head = ["  long g = get_group_id(0); int l = get_local_id(0);"] + init + ["  long r = g;"]
             loop = f"  for (long kk = l; kk < {k}; kk += {L}) {{"
         elif self.columns:  # a work-item per output element, all of a work-group's at one step of the loop
-            head = [f"  long g = get_global_id(0); bool live = g < {m};", f"  {T} acc = ({T})({ident});", "  long r = g;"]
+            head = [f"  long g = get_global_id(0); bool live = g < {m};"] + init + ["  long r = g;"]
             loop = f"  for (long kk = 0; kk < {k}; kk++) {{ if (live) {{"
         else:  # a work-item per output element
-            head = [f"  long g = get_global_id(0); if (g >= {m}) return;", f"  {T} acc = ({T})({ident});", "  long r = g;"]
+            head = [f"  long g = get_global_id(0); if (g >= {m}) return;"] + init + ["  long r = g;"]
             loop = f"  for (long kk = 0; kk < {k}; kk++) {{"
         head += self._coords("c", self.kept, shape, "r", "  ", "s") if self.kept else []
         head += [loop, "    long s = kk;"] + self._coords("c", self.axes, shape, "s", "    ", "s")
         cs = _cstrides(shape)
         head.append(f"    long i = {_index(coords, cs, lambda d, s: self._arg(f't{d}', s))};")
-        lines, stores, names = self._body(coords, "i", "    ")
-        src = red.inputs[0]
-        x = names[src.id] if src.dtype.name == acc_dt else _convert(acc_dt, names[src.id])
-        body = lines + stores + [f"    {{ {T} a = acc, b = ({T})({x}); acc = ({T})({comb}); }}", "  }"]
+        lines, stores, names = self._body(coords, "i", "    ", reads=[r.inputs[0] for r in reds])
+        body = lines + stores
+        for j, (red, (T, comb, _, acc_dt)) in enumerate(zip(reds, accs)):
+            src = red.inputs[0]
+            x = names[src.id] if src.dtype.name == acc_dt else _convert(acc_dt, names[src.id])
+            body.append(f"    {{ {T} a = acc{j}, b = ({T})({x}); acc{j} = ({T})({comb}); }}")
+        body.append("  }")
         tail = []
         if self.columns:  # the barrier makes PoCL run the work-items innermost: along a row, not down columns
             body += ["  barrier(CLK_LOCAL_MEM_FENCE); }", "  if (!live) return;"]
         if L > 1:
-            tail += [f"  __local {T} sh[{L}]; sh[l] = acc; barrier(CLK_LOCAL_MEM_FENCE);",
-                     f"  for (int w = {L} / 2; w > 0; w >>= 1) {{",
-                     f"    if (l < w) {{ {T} a = sh[l], b = sh[l + w]; sh[l] = ({T})({comb}); }}",
-                     "    barrier(CLK_LOCAL_MEM_FENCE); }", "  acc = sh[0];", "  if (l != 0) return;"]
-        res = f"acc / ({T}){k}" if red.op.name == "mean" else "acc"
-        ro = red.outputs[0]
-        tail.append(f"  {codegen.CTYPES[out_dt].storage} v{ro.id} = {_convert(out_dt, res)};")
-        j = self.outputs.index(ro) if ro in self.outputs else None
-        if j is not None:
-            tail.append(f"  {codegen.store(out_dt, f'q{j}', f'q{j}_o + g', f'v{ro.id}')}")
-        if self.chain.epilogue:  # element-wise work on the result, at its coordinates
-            rshape = tuple(ro.shape)
+            for j, (T, comb, _, _) in enumerate(accs):
+                tail += [f"  __local {T} sh{j}[{L}]; sh{j}[l] = acc{j}; barrier(CLK_LOCAL_MEM_FENCE);",
+                         f"  for (int w = {L} / 2; w > 0; w >>= 1) {{",
+                         f"    if (l < w) {{ {T} a = sh{j}[l], b = sh{j}[l + w]; sh{j}[l] = ({T})({comb}); }}",
+                         "    barrier(CLK_LOCAL_MEM_FENCE); }", f"  acc{j} = sh{j}[0];"]
+            tail.append("  if (l != 0) return;")
+        results = {}
+        for j, (red, (T, _, _, _)) in enumerate(zip(reds, accs)):
+            res = f"acc{j} / ({T}){k}" if red.op.name == "mean" else f"acc{j}"
+            ro, out_dt = red.outputs[0], red.outputs[0].dtype.name
+            results[ro.id] = f"v{ro.id}"
+            tail.append(f"  {codegen.CTYPES[out_dt].storage} v{ro.id} = {_convert(out_dt, res)};")
+            if ro in self.outputs:
+                q = self.outputs.index(ro)
+                tail.append(f"  {codegen.store(out_dt, f'q{q}', f'q{q}_o + g', f'v{ro.id}')}")
+        if self.chain.epilogue:  # element-wise work on the results, at their coordinates
+            rshape = tuple(reds[0].outputs[0].shape)
             ecoords = [f"e{d}" for d in range(len(rshape))]
-            lines, stores, _ = self._body(ecoords, "g", "  ", self.chain.epilogue, rshape, {ro.id: f"v{ro.id}"}, "e")
+            lines, stores, _ = self._body(ecoords, "g", "  ", self.chain.epilogue, rshape, results, "e")
             tail += ["  r = g;"] + self._coords("e", range(len(rshape)), rshape, "r", "  ", "es")
             tail += lines + stores
         attr = f"__attribute__((reqd_work_group_size({L}, 1, 1))) " if L > 1 else ""
@@ -376,7 +395,8 @@ def _builder(runtime, programs: list):
 def compile_graph(device_type, runtime, graph, kernels):
     """The claims of one graph: its fusible chains, each a :class:`FusedKernel`; None if none.
     (A float64 value exists only on a device with cl_khr_fp64, so the graph's dtypes tell.)"""
-    found = chains(graph, _accept(True), _accept_reduction(True), device_type=device_type, epilogue=True)
+    found = chains(graph, _accept(True), _accept_reduction(True), device_type=device_type, epilogue=True,
+                   siblings=True)
     if not found:
         return None
     programs = [Program(ch) for ch in found]

@@ -16,14 +16,16 @@ REDUCTIONS = ("sum", "prod", "max", "min", "mean")
 
 
 class Chain:
-    """Nodes (graph order) that run as one kernel over ``shape``; ``reduction`` ends it or is None;
-    ``epilogue``: element-wise nodes after the reduction, over its result's shape (only when
-    :func:`chains` was asked for them)."""
+    """Nodes (graph order) that run as one kernel over ``shape``; ``reduction`` ends it or is None
+    (``reductions``: it and the sibling reductions of the same axes, when :func:`chains` was
+    asked for them); ``epilogue``: element-wise nodes after the reductions, over their result's
+    shape (only when :func:`chains` was asked for them)."""
 
-    __slots__ = ("nodes", "shape", "reduction", "inputs", "outputs", "epilogue")
+    __slots__ = ("nodes", "shape", "reduction", "reductions", "inputs", "outputs", "epilogue")
 
-    def __init__(self, nodes, shape, reduction, inputs, outputs, epilogue=()):
+    def __init__(self, nodes, shape, reduction, inputs, outputs, epilogue=(), reductions=None):
         self.nodes, self.shape, self.reduction = nodes, shape, reduction
+        self.reductions = list(reductions) if reductions is not None else [] if reduction is None else [reduction]
         self.inputs, self.outputs, self.epilogue = inputs, outputs, list(epilogue)
 
     @property
@@ -37,7 +39,7 @@ class Chain:
     @property
     def elementwise(self) -> list:
         """The element-wise nodes before the reduction (all of them when there is none)."""
-        return [n for n in self.nodes if n is not self.reduction and n not in self.epilogue]
+        return [n for n in self.nodes if n not in self.reductions and n not in self.epilogue]
 
 
 def is_elementwise(node) -> bool:
@@ -64,10 +66,11 @@ def _size(shape) -> int:
 
 
 class _Group:
-    __slots__ = ("nodes", "shape", "preds", "closed", "reduction", "epilogue", "after")
+    __slots__ = ("nodes", "shape", "preds", "closed", "reduction", "reductions", "epilogue", "after")
 
     def __init__(self, shape):
         self.nodes, self.shape, self.preds, self.closed, self.reduction = [], shape, set(), False, None
+        self.reductions = []
         self.epilogue, self.after = [], set()  # nodes after the reduction, the value ids they may read
 
 
@@ -85,15 +88,19 @@ def _depends(start, target) -> bool:
 
 
 def chains(graph, accept, accept_reduction=None, min_nodes: int = 2, device_type: str | None = None,
-           epilogue: bool = False) -> list:
+           epilogue: bool = False, siblings: bool = False) -> list:
     """The fusible chains of ``graph`` (only nodes on ``device_type`` when given; every node of a
     chain is on one device): element-wise nodes ``accept(node)`` allows, grouped with
     their producers when the result has the same shape and grouping keeps every chain convex;
     a reduction ``accept_reduction(node)`` allows may end the chain that produces its input.
     Chains of fewer than ``min_nodes`` nodes (``broadcast_to`` not counted) are left out.
     ``epilogue=True``: element-wise nodes over the reduction's result shape that read it (a
-    ``log`` of a sum, a mean's division) join the chain after its reduction."""
+    ``log`` of a sum, a mean's division) join the chain after its reduction. ``siblings=True``:
+    more reductions of the same axes and result shape over a value of the chain (a ``min`` and a
+    ``max``) join it, and a reduction of a value from outside any chain starts a chain (of
+    reductions of that value, then their epilogue)."""
     group_of: dict = {}  # value id -> group of its producer (every node gets a group)
+    seeds: dict = {}  # value id -> the chain its reductions start (siblings=True)
     groups = []
     for node in graph.nodes:
         ins = [x for x in node.input_values()] if hasattr(node, "input_values") else _values(node.inputs)
@@ -118,12 +125,16 @@ def chains(graph, accept, accept_reduction=None, min_nodes: int = 2, device_type
             if target is None:
                 target = _Group(shape)
                 groups.append(target)
-        elif (accept_reduction is not None and node.op.name in REDUCTIONS and len(ins) == 1 and producers[0] is not None
-              and not producers[0].closed and producers[0].shape == tuple(ins[0].shape)
+        elif (accept_reduction is not None and node.op.name in REDUCTIONS and len(ins) == 1
               and _size(node.outputs[0].shape) and _size(ins[0].shape) and accept_reduction(node)):
-            target = producers[0]
-            target.closed, target.reduction = True, node
-            target.after.update(o.id for o in node.outputs)
+            target = _reduction_group(node, ins[0], producers[0], seeds.get(ins[0].id), siblings)
+            if target is None and siblings:
+                target = seeds[ins[0].id] = _Group(tuple(ins[0].shape))
+                groups.append(target)
+            if target is not None:
+                target.closed, target.reduction = True, target.reduction or node
+                target.reductions.append(node)
+                target.after.update(o.id for o in node.outputs)
         if target is None:  # a node outside any chain: a group of its own, closed
             target = _Group(None)
             target.closed = True
@@ -141,8 +152,26 @@ def chains(graph, accept, accept_reduction=None, min_nodes: int = 2, device_type
             continue
         ids = {n.id for n in g.nodes}
         inputs, outputs = graph.boundary(ids)
-        out.append(Chain(g.nodes, g.shape, g.reduction, inputs, outputs, g.epilogue))
+        out.append(Chain(g.nodes, g.shape, g.reduction, inputs, outputs, g.epilogue, g.reductions))
     return out
+
+
+def _reduction_group(node, value, g, seeded, siblings: bool):
+    """The group reduction ``node`` of ``value`` (produced in group ``g``) joins, or None: the open
+    group of ``value``'s shape that produced it, or (``siblings``) the chain of an earlier
+    reduction of the same axes and result shape over a value of its element-wise part, or the
+    chain that reductions of ``value`` from outside started."""
+    shape = tuple(value.shape)
+    if g is not None and not g.closed and g.shape == shape:
+        return g
+    if not siblings:
+        return None
+    for c in (g, seeded):
+        if c is not None and c.nodes is not None and c.reduction is not None and c.shape == shape and \
+                (c is seeded or value.id not in c.after) and reduce_axes(node) == reduce_axes(c.reduction) and \
+                tuple(node.outputs[0].shape) == tuple(c.reduction.outputs[0].shape):
+            return c
+    return None
 
 
 def _may_join(g, producers) -> bool:
