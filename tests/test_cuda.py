@@ -351,6 +351,8 @@ def _cases():
     yield "getitem", [_ANY], {"key": (1, None, Ellipsis)}, fl
     yield "setitem", [_ANY, _POS[0, :2]], {"key": (slice(0, 1), slice(1, 3))}, fl
     yield "getitem_grad", [_POS[:2, ::2]], {"shape": (3, 4), "key": (slice(1, None), slice(None, None, 2))}, fl
+    yield from (("index_in_range", [np.array([[0, 3], [2, 1]])], {"low": lo, "high": hi}, ("int64",))
+                for lo, hi in ((0, 4), (0, 3), (1, 4), (-(1 << 63), 1 << 63)))
     yield "take", [_ANY, np.array([2, -1, 0])], {"axis": 1}, fl
     yield "softmax", [_ANY], {"axis": -1}, fl
     yield "log_softmax", [_ANY], {"axis": 0}, fl

@@ -268,3 +268,27 @@ def test_getitem_backward_and_errors():
         ad.getitem_grad(ad.ones((2, 5)), shape=(4, 5), key=(slice(0, 3),))
     with pytest.raises(IndexError, match="out of bounds"):
         ad.getitem_grad(ad.ones(5), shape=(4, 5), key=(7,))
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int8", "uint8", "uint64"])
+@pytest.mark.parametrize("low,high", [(0, 6), (0, 5), (1, 6), (-300, 300), (-1, 1 << 70)])
+def test_index_in_range_cpu_kernel_equals_decomposition(dtype, low, high):
+    from anydevice.engine.dispatch import xp
+    from anydevice.ops.registry import get_op
+
+    x = ad.asarray(np.asarray([[3, 0, 5], [1, 4, 2]], dtype))
+    for t in (x, x[:0]):
+        cpu = ad.index_in_range(t, low=low, high=high)
+        decomposed = get_op("index_in_range").decomposition(xp, t, low, high)
+        want = t.size == 0 or (low <= 0 and high > 5)
+        assert cpu.dtype == ad.bool and cpu.shape == () and bool(cpu) is bool(decomposed) is want
+
+
+def test_index_checks_name_the_bad_value():
+    x = ad.ones((3, 4))
+    with pytest.raises(IndexError, match=r"cross_entropy\(\): label -1 is out of range for 4 classes \(allowed: 0..3\)"):
+        ad.cross_entropy(x, ad.asarray([0, -1, 2]))
+    with pytest.raises(IndexError, match=r"take\(\): index 5 is out of range"):
+        ad.take(x, ad.asarray([5]), axis=1)
+    with pytest.raises(TypeError, match=r"index_in_range\(\) does not accept dtype float32"):
+        ad.index_in_range(x, low=0, high=1)

@@ -201,7 +201,7 @@ def test_axis_error_is_a_value_error_and_an_index_error():
 
 
 # --- the schema itself -----------------------------------------------------------------------------------
-UNTYPED = {("getitem", "key"), ("setitem", "key")}  # canonical index keys: the canon checks them
+UNTYPED = {("getitem", "key"), ("setitem", "key"), ("getitem_grad", "key")}  # canonical index keys: the canon checks them
 
 
 def test_every_attribute_of_every_op_is_typed():

@@ -295,6 +295,15 @@ def _setitem(x, value, key):
     return y
 
 
+def _index_in_range(x, low, high):  # one flag on the device: the caller reads it back
+    info, ok = np.iinfo(x.dtype), cp.asarray(True)
+    if x.size and low > info.min:  # a bound beyond the dtype's range holds for every value
+        ok = ok & (x.min() >= low)
+    if x.size and high <= info.max:
+        ok = ok & (x.max() < high)
+    return ok
+
+
 def _getitem_grad(g, shape, key):
     y = cp.zeros(shape, g.dtype)
     y[to_numpy_key(key)] = g
@@ -491,7 +500,7 @@ TABLE = {
     "squeeze": (lambda x, axis: cp.squeeze(x, axis=axis), "native"),
     "expand_dims": (lambda x, axis: cp.expand_dims(x, axis), "native"), "flip": (_flip, "native"),
     "astype": (_astype, "native"), "getitem": (_getitem, "native"), "setitem": (_setitem, "native"),
-    "getitem_grad": (_getitem_grad, "native"),
+    "getitem_grad": (_getitem_grad, "native"), "index_in_range": (_index_in_range, "native"),
     "take": (_take, "native"),
     "full": (lambda shape, fill_value, dtype: cp.full(shape, fill_value, dtype=dtype.numpy), "native"),
     "arange": (_arange, "native"), "eye": (lambda n_rows, n_cols, k, dtype: cp.eye(n_rows, n_cols, k=k, dtype=dtype.numpy), "native"),

@@ -10,7 +10,19 @@ from __future__ import annotations
 import numpy as np
 
 from anydevice.base import dtypes as _dt
-from anydevice.ops.registry import Attr, Axis, Optional, Shape, check_index_range, define, normalize_axis, with_indices
+from anydevice.ops.registry import (
+    REQUIRED,
+    Attr,
+    Axis,
+    Int,
+    Optional,
+    Shape,
+    check_category,
+    check_index_range,
+    define,
+    normalize_axis,
+    with_indices,
+)
 
 
 def _is_canonical(key) -> bool:
@@ -183,6 +195,47 @@ def _vjp_setitem(xp, g, i, o, key):
 define("setitem", inputs=("x", "value"), attrs={"key": Attr(())}, dtype_rule=_setitem_rule, canon=_canon_key, shape_rule=_setitem_shape,
        reference=_setitem_ref, vjp=_vjp_setitem, category="indexing",
        doc="a copy of x with x[key] = value (Tensor.__setitem__ rebinds x to it)")
+
+
+# --- index_in_range (the value check of ops that take indices) ------------------------------------
+def _in_range_rule(ds, attrs):
+    check_category("index_in_range", "integral", ds[0])
+    return ds[0], _dt.bool_
+
+
+_in_range_rule.category = "integral"
+
+
+def _in_range(xp, idx, low, high):
+    """min(idx) >= low and max(idx) < high, a bound beyond the dtype's range holding for every value."""
+    info = np.iinfo(idx.dtype.numpy)
+    if idx.size == 0 or (low <= info.min and high > info.max):
+        return xp.full((), True, dtype=_dt.bool_, device=idx.device)
+    oks = ([xp.greater_equal(xp.min(idx), low)] if low > info.min else []) + \
+        ([xp.less(xp.max(idx), high)] if high <= info.max else [])
+    return oks[0] if len(oks) == 1 else xp.logical_and(*oks)
+
+
+def _in_range_ref(idx, low, high):
+    return np.asarray(idx.size == 0 or (int(idx.min()) >= low and int(idx.max()) < high))
+
+
+def _in_range_samples(d, rng):
+    from anydevice.ops.samples import Sample
+
+    info = np.iinfo(d.numpy)
+    v = np.asarray([[3, 0, 5], [1, 4, 2]], d.numpy)
+    return [Sample([v], {"low": 0, "high": 6}, "in range"), Sample([v], {"low": 0, "high": 5}, "a value at high"),
+            Sample([v], {"low": 1, "high": 6}, "a value below low"), Sample([v[:0]], {"low": 0, "high": 1}, "empty"),
+            Sample([v], {"low": int(info.min) - 1, "high": int(info.max) + 1}, "bounds beyond the dtype's range")]
+
+
+define("index_in_range", inputs=("x",), attrs={"low": Int(REQUIRED), "high": Int(REQUIRED)}, dtype_rule=_in_range_rule,
+       shape_rule=lambda s, a: (), reference=_in_range_ref, decomposition=_in_range, differentiable=False,
+       category="indexing", samples=_in_range_samples,
+       errors=[([np.zeros(3, np.float32)], {"low": 0, "high": 1}, TypeError, "float indices")],
+       doc="whether every value of the integer tensor x lies in [low, high) (true when x is empty): the value "
+           "check of the ops that take indices or labels, one flag read back")
 
 
 # --- take -----------------------------------------------------------------------------------------

@@ -290,15 +290,13 @@ def check_index_range(xp, opname: str, what: str, idx, low: int, high: int, wher
     """IndexError unless every value of the tensor ``idx`` is in [low, high) (reduced on the device)."""
     if idx.size == 0:
         return
-    mn, mx = xp.min(idx), xp.max(idx)
-    info = np.iinfo(idx.dtype.numpy) if idx.dtype.kind in ("int", "uint") else None
-    if info is None:
-        oks = [xp.greater_equal(mn, low), xp.less(mx, high)]
-    else:  # a bound beyond the dtype's range holds for every value
-        oks = ([xp.greater_equal(mn, low)] if low > info.min else []) + ([xp.less(mx, high)] if high <= info.max else [])
-    if not oks or bool(oks[0] if len(oks) == 1 else xp.logical_and(*oks)):  # one read-back of one flag
+    if idx.dtype.kind in ("int", "uint"):  # one op, and one read-back of one flag
+        ok = xp.index_in_range(idx, low=low, high=high)
+    else:
+        ok = xp.logical_and(xp.greater_equal(xp.min(idx), low), xp.less(xp.max(idx), high))
+    if bool(ok):
         return
-    lo, hi = int(mn), int(mx)
+    lo, hi = int(xp.min(idx)), int(xp.max(idx))
     if lo < low or hi >= high:
         raise IndexError(
             f"{opname}(): {what} {lo if lo < low else hi} is out of range {where} (allowed: {low}..{high - 1})"
