@@ -460,7 +460,13 @@ def compute(fn, name, out, inputs, attrs, tables, views) -> None:
             o = table.get(blk.handle + blk.offset + out.offset)
             if o is None:
                 o = views.make(table, out)
-        args = (cached(tabs[0], inputs[0]),) if len(inputs) == 1 else [cached(t, x) for t, x in zip(tabs, inputs)]
+        if len(inputs) == 1:  # the common case, without a call
+            x, t = inputs[0], tabs[0]
+            blk = x.block
+            v = t.get(blk.handle + blk.offset + x.offset)
+            args = (views.make(t, x) if v is None else v,)
+        else:
+            args = [cached(t, x) for t, x in zip(tabs, inputs)]
     else:
         view = views.view
         args = [[view(a) for a in x] if type(x) is list else view(x) for x in inputs]
