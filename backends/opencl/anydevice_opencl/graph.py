@@ -231,7 +231,7 @@ class Program:
             return self._grid_source(shape, coords)
         n = self._arg("size_n", self.n)
         lines, stores, _ = self._body(coords, "i")
-        head = [f"  long i = get_global_id(0); if (i >= {n}) return;"] + (["  long c0 = i;"] if nd == 1 else [])
+        head = [f"  long i = get_global_id(0); if (i >= {n}) return;"]  # every input is read at i or at 0
         return f"__kernel void {_NAME}({self._params()}) {{\n" + "\n".join(head + lines + stores) + "\n}\n"
 
     def _grid_source(self, shape, coords) -> str:
