@@ -171,7 +171,8 @@ def _buffers(g, *args):
     return [a._buf for a in args] + [v.const._buf if v.const is not None else None for v in g.inputs[len(args):]]
 
 
-def test_composite_nodes_are_inlined_and_nodes_without_a_kernel_are_dispatched():
+def test_composite_nodes_are_inlined_and_nodes_without_a_kernel_are_dispatched(monkeypatch):
+    monkeypatch.delenv("ANYDEVICE_JIT_CHECK", raising=False)  # counts launches: check mode runs each call eagerly too
     from anydevice.engine import dispatch
 
     def fn(x):
@@ -257,6 +258,7 @@ def test_opencl_fused_results_equal_eager(fn):
 
 @needs_opencl
 def test_opencl_fused_graph_launches_fewer_kernels_and_the_profiler_shows_it(monkeypatch):
+    monkeypatch.delenv("ANYDEVICE_JIT_CHECK", raising=False)  # counts launches: check mode runs each call eagerly too
     import pyopencl as cl
 
     launches = [0]
@@ -288,7 +290,8 @@ def test_opencl_fused_graph_launches_fewer_kernels_and_the_profiler_shows_it(mon
 
 
 # --- simulated devices: a fused chain is one launch -----------------------------------------------
-def test_sim_npu_charges_a_fused_chain_as_one_launch():
+def test_sim_npu_charges_a_fused_chain_as_one_launch(monkeypatch):
+    monkeypatch.delenv("ANYDEVICE_JIT_CHECK", raising=False)  # counts launches: check mode runs each call eagerly too
     x, b, s = _inputs("npu")
     want = [_np(t) for t in _chain_fn(x, b, s)]
     f = ad.jit.compile(_chain_fn)
@@ -348,7 +351,7 @@ def test_bench_jit_reports_compiled_and_eager_steps_with_equal_losses():
         r = res[dev]
         assert 0 < r["compiled"]["min"] <= r["compiled"]["median"] and 0 < r["eager"]["median"]
         assert r["final_loss"]["compiled"] == r["final_loss"]["eager"]  # the same steps, the same numbers
-        assert r["first_compile_s"] > 0 and r["nodes"] > 20 and r["peak_bytes"]["compiled"] > 0
+        assert r["first_compile_s"] > 0 and r["nodes"] > 10 and r["peak_bytes"]["compiled"] > 0  # 4 updates, 2 layers
     assert res["npu"]["fused_kernels"] > 0 and "torch" not in res
 
 
