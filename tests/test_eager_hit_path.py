@@ -244,3 +244,17 @@ def test_attributes_named_like_keywords_reach_the_kernel_on_every_hit(keyword_op
         assert r.tolist() == [k, k + 1, k + 2] and r.dtype is ad.float32
     assert seen == [{"lambda": k} for k in (1, 2, 2, 5, 5)]
     assert dispatch._RUNNERS.get((1, None)) is not None  # the kernel got its attributes as **kw
+
+
+def test_operators_keep_their_fast_path_after_devices_are_dropped():
+    from anydevice.engine import methods
+    from anydevice.ops import registry
+
+    registry.forget_devices()  # every op gets new plan and fast tables
+    x = _t((8,), seed=4)
+    for _ in range(3):
+        y = x * 2.75
+    np.testing.assert_array_equal(y.numpy(), x.numpy() * np.float32(2.75))
+    assert registry.get_op("multiply").fast, "the element-wise fast table is filled again"
+    assert any(k[0] is x.device._ctx and k[-1] == 2.75 for k in methods._scalar_bufs), \
+        "the operator took its fast path (which caches the scalar operand)"

@@ -265,8 +265,7 @@ register_cache(_drop_scalar_bufs)
 def _binop(opname: str, reflected: bool = False, symbol: str = ""):
 
 
-    op = get_op(opname)
-    fast = op.fast
+    op = get_op(opname)  # op.fast and op.plans are read per call: dropping devices replaces them
     apply = _dispatch.call_inputs
     observers = _dispatch._observers
     calls = _dispatch._CALLS
@@ -280,7 +279,7 @@ def _binop(opname: str, reflected: bool = False, symbol: str = ""):
             t_other = type(other)
         if t_other is Tensor:
             ctx = self.device._ctx
-            plan = fast.get((ctx, self.dtype))
+            plan = op.fast.get((ctx, self.dtype))
             if (plan is not None and other.dtype is self.dtype and other.device is self.device
                     and self.shape == other.shape and not observers
                     and (self._node is None and other._node is None or not _ag.is_grad_enabled())):
@@ -295,7 +294,7 @@ def _binop(opname: str, reflected: bool = False, symbol: str = ""):
                 if e is not None:
                     return e.run((self, other), key)
         elif t_other in _SCALARS:
-            plan = fast.get((self.device._ctx, self.dtype))
+            plan = op.fast.get((self.device._ctx, self.dtype))
             if plan is not None and not observers and (self._node is None or not _ag.is_grad_enabled()):
                 buf = _scalar_buf(self, other)
                 if buf is not None:
@@ -311,7 +310,7 @@ def _binop(opname: str, reflected: bool = False, symbol: str = ""):
             if other is NotImplemented:
                 return NotImplemented
         if type(other) in _SCALARS:
-            plan = fast.get((self.device._ctx, self.dtype))
+            plan = op.fast.get((self.device._ctx, self.dtype))
             if plan is not None and not observers and (self._node is None or not _ag.is_grad_enabled()):
                 buf = _scalar_buf(self, other)
                 if buf is not None:
