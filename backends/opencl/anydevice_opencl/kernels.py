@@ -90,6 +90,12 @@ def _bstrides(shape, target) -> list:
 
 
 def _broadcast_shape(shapes) -> tuple:
+    if len(shapes) == 2:  # the common cases: equal shapes, or one operand 0-d
+        a, b = shapes
+        if a == b or not b:
+            return tuple(a)
+        if not a:
+            return tuple(b)
     nd = max(len(s) for s in shapes)
     out = []
     for d in range(nd):
@@ -537,9 +543,17 @@ def _scalar(ctx, value: float, dtype):
     """A 0-d array of ``dtype`` holding ``value`` (as the dispatcher turns a Python float into
     one), filled on the device."""
     out = ctx.empty((), dtype)
-    pattern = np.array(value, dtype=dtype.numpy).reshape(1).view(_BITS[dtype.itemsize])
+    key = (dtype, value, math.copysign(1.0, value))
+    pattern = _PATTERNS.get(key)
+    if pattern is None:
+        pattern = np.array(value, dtype=dtype.numpy).reshape(1).view(_BITS[dtype.itemsize])
+        if len(_PATTERNS) < 256:
+            _PATTERNS[key] = pattern
     ctx.runtime.fill(ctx.index, out.handle, out.byte_offset, pattern, dtype.itemsize, ctx.stream)
     return out
+
+
+_PATTERNS: dict = {}  # (dtype, value, sign) -> the fill pattern of a 0-d array holding value
 
 
 def mean(ctx, x, axis, keepdims):
