@@ -99,6 +99,35 @@ def _half_via_f32(fn):
     return k
 
 
+def _ufunc_kernel(fn, half: bool):
+    """The "quiet" (``half``: "half") kernel of a numpy ufunc without attributes, its inputs
+    taken by position: one call deep, no argument tuple or keyword dict per call."""
+    generic = (_half_via_f32 if half else _quiet)(fn)
+    if _fp_state is None or fn.nin not in (1, 2):
+        return generic
+    set_, reset = _fp_state.set, _fp_state.reset
+
+    if fn.nin == 1:
+        def k(ctx, x):
+            if half and x.dtype in (_HALF or _half_dtypes()):
+                return generic(ctx, x)
+            token = set_(_IGNORE)
+            try:
+                return fn(x)
+            finally:
+                reset(token)
+    else:
+        def k(ctx, a, b):
+            if half and a.dtype in (_HALF or _half_dtypes()):
+                return generic(ctx, a, b)
+            token = set_(_IGNORE)
+            try:
+                return fn(a, b)
+            finally:
+                reset(token)
+    return k
+
+
 def _erf(x):
     # math.erf per element: correctly rounded in float64 (a polynomial approximation is off by ~1e-7)
     x64 = np.asarray(x, np.float64)
@@ -440,7 +469,7 @@ _TABLE = {
     "isfinite": (np.isfinite, "plain"), "logical_not": (np.logical_not, "plain"), "bitwise_invert": (np.invert, "plain"),
     "erf": (_erf, "half"), "relu": (lambda x: np.maximum(x, np.zeros((), np.asarray(x).dtype)), "plain"),
     "sigmoid": (lambda x: 1 / (1 + np.exp(-x)), "half"), "gelu": (_gelu, "half"),
-    "where": (lambda ctx, c, a, b: np.where(c, a, b), "ctx"), "clip": (_clip, "plain"),
+    "where": (lambda ctx, c, a, b: np.where(c, a, b), "ctx"), "clip": (_clip, "quiet"),
     "sum": (_sum, "reduce"), "prod": (_prod, "reduce"), "max": (lambda ctx, x, axis, keepdims: np.maximum.reduce(x, axis=axis, keepdims=keepdims), "ctx"),
     "min": (lambda ctx, x, axis, keepdims: np.minimum.reduce(x, axis=axis, keepdims=keepdims), "ctx"),
     "argmax": (_argreduce(np.argmax), "plain"), "argmin": (_argreduce(np.argmin), "plain"),
@@ -485,6 +514,8 @@ def register(kernels) -> None:
     for name, (fn, how) in _TABLE.items():
         if how == "plain" and isinstance(fn, np.ufunc) and fn.nin == 2:
             kernels.register(name, _fast_binary(fn))
+        elif how in ("quiet", "half") and isinstance(fn, np.ufunc):
+            kernels.register(name, _ufunc_kernel(fn, how == "half"))
         elif how == "ctx":
             kernels.register(name, fn)
         elif how == "reduce":
