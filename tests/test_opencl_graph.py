@@ -146,3 +146,44 @@ def test_sibling_reductions_share_one_kernel_with_their_epilogue():
         np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5)
     bad = ad.asarray(np.array([3, 12, 5]), device="opencl")  # out of range: the epilogue sees both results
     assert not f(bad, x[:3])[0].numpy() and not fn(bad, x[:3])[0].numpy()
+
+
+@pytest.mark.parametrize("shape", [(256, 256), (37, 19), (5, 6, 7)], ids=str)
+def test_transposes_of_chain_values_are_stored_permuted_by_the_chain(shape):
+    """A transpose of a chain's value is one more store of the chain's kernel (its readers, a
+    matmul here, stay outside); what reads the transposed value of a square matrix does not join."""
+    def fn(g, h, w):
+        m = g * ad.astype(h > 0.0, ad.float32)
+        t = ad.matrix_transpose(m)
+        p = ad.permute_dims(ad.exp(h) + 1.0, tuple(reversed(range(h.ndim))))
+        return ad.matmul(t, w), ad.sum(m, axis=0), p, t * 3.0
+
+    g, h, w = _t(shape), _t(shape), _t(shape[-2:])
+    want = [t.numpy() for t in fn(g, h, w)]
+    f = ad.jit.compile(fn)
+    for _ in range(2):
+        got = [t.numpy() for t in f(g, h, w)]
+    run = partition.build(f.last_graph)
+    assert not run.errors and any("permute_dims+sum" in line for line in run.explain().splitlines()), run.explain()
+    for k, (a, b) in enumerate(zip(got, want)):
+        assert a.shape == b.shape
+        if k == 1:
+            np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5)
+        else:
+            np.testing.assert_array_equal(a, b)
+
+
+def test_a_transpose_and_a_reduction_of_one_input_are_one_kernel():
+    def fn(x):
+        return ad.matmul(ad.matrix_transpose(x), x), ad.sum(x, axis=0), ad.max(x, axis=0)
+
+    x = _t((256, 10))
+    want = [t.numpy() for t in fn(x)]
+    f = ad.jit.compile(fn)
+    for _ in range(2):
+        got = [t.numpy() for t in f(x)]
+    run = partition.build(f.last_graph)
+    assert run.stats["fused_kernels"] == 1 and run.stats["claimed_nodes"] == 3, run.explain()
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[2], want[2])
+    np.testing.assert_allclose(got[1], want[1], rtol=2e-5, atol=2e-5)
