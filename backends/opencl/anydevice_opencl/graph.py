@@ -21,7 +21,7 @@ import re
 import numpy as np
 import pyopencl as cl
 
-from anydevice.runtime.fusion import chains, permutation, reduce_axes
+from anydevice.runtime.fusion import chains, reduce_axes
 
 from . import codegen
 from .kernels import _bstrides, _cstrides
@@ -213,17 +213,7 @@ class Program:
         mine = {o.id for n in nodes for o in n.outputs}
         stores = [f"{indent}{codegen.store(o.dtype.name, f'q{j}', f'q{j}_o + {lin}', names[o.id])}"
                   for j, o in enumerate(self.outputs) if o.id in mine]
-        for t in self.chain.transposes if tag == "a" else ():  # stored permuted: at the result's coordinates
-            v, o = t.inputs[0], t.outputs[0]
-            if v.id in names and o in self.outputs:
-                q, perm, ost = self.outputs.index(o), permutation(t), _cstrides(o.shape)
-                at = [coords[a] if j == len(perm) - 1 else f"{coords[a]} * {self._arg(f'q{q}_t{j}', ost[j])}"
-                      for j, a in enumerate(perm)]
-                stores.append(f"{indent}{codegen.store(o.dtype.name, f'q{q}', f'q{q}_o + ' + ' + '.join(at), names[v.id])}")
         return lines, stores, names
-
-    def _transposed(self) -> list:
-        return [t.inputs[0] for t in self.chain.transposes]
 
     def _params(self) -> str:
         ps = [f"__global {codegen.CTYPES[o.dtype.name].storage}* q{j}, long q{j}_o" for j, o in enumerate(self.outputs)]
@@ -237,7 +227,7 @@ class Program:
         coords = [f"c{d}" for d in range(nd)]
         if self.chain.reduction is not None:
             return self._reduction_source(shape, coords)
-        if nd >= 2 and (self.chain.transposes or any(tuple(v.shape) != tuple(shape) for v in self.inputs)):
+        if nd >= 2 and any(tuple(v.shape) != tuple(shape) for v in self.inputs):
             return self._grid_source(shape, coords)
         n = self._arg("size_n", self.n)
         lines, stores, _ = self._body(coords, "i")
@@ -258,7 +248,7 @@ class Program:
             row = f"(get_global_id(2) * {s2} + c{nd - 2})"
         head.append(f"  long i = {row} * {s1} + c{nd - 1};")
         self.grid = (shape[-1], shape[-2], int(np.prod(shape[:-2], dtype=np.int64)))
-        lines, stores, _ = self._body(coords, "i", reads=self._transposed())
+        lines, stores, _ = self._body(coords, "i")
         return f"__kernel void {_NAME}({self._params()}) {{\n" + "\n".join(head + lines + stores) + "\n}\n"
 
     @staticmethod
@@ -296,7 +286,7 @@ class Program:
         head += [loop, "    long s = kk;"] + self._coords("c", self.axes, shape, "s", "    ", "s")
         cs = _cstrides(shape)
         head.append(f"    long i = {_index(coords, cs, lambda d, s: self._arg(f't{d}', s))};")
-        lines, stores, names = self._body(coords, "i", "    ", reads=[r.inputs[0] for r in reds] + self._transposed())
+        lines, stores, names = self._body(coords, "i", "    ", reads=[r.inputs[0] for r in reds])
         body = lines + stores
         for j, (red, (T, comb, _, acc_dt)) in enumerate(zip(reds, accs)):
             src = red.inputs[0]
@@ -406,7 +396,7 @@ def compile_graph(device_type, runtime, graph, kernels):
     """The claims of one graph: its fusible chains, each a :class:`FusedKernel`; None if none.
     (A float64 value exists only on a device with cl_khr_fp64, so the graph's dtypes tell.)"""
     found = chains(graph, _accept(True), _accept_reduction(True), device_type=device_type, epilogue=True,
-                   siblings=True, transposes=True)
+                   siblings=True)
     if not found:
         return None
     programs = [Program(ch) for ch in found]

@@ -13,23 +13,20 @@ from __future__ import annotations
 
 ELEMENTWISE_EXTRA = ("astype", "broadcast_to")
 REDUCTIONS = ("sum", "prod", "max", "min", "mean")
-TRANSPOSES = ("matrix_transpose", "permute_dims")
 
 
 class Chain:
     """Nodes (graph order) that run as one kernel over ``shape``; ``reduction`` ends it or is None
     (``reductions``: it and the sibling reductions of the same axes, when :func:`chains` was
     asked for them); ``epilogue``: element-wise nodes after the reductions, over their result's
-    shape (only when :func:`chains` was asked for them); ``transposes``: transposes of values of
-    the element-wise part, each stored permuted as its element is computed (only when asked)."""
+    shape (only when :func:`chains` was asked for them)."""
 
-    __slots__ = ("nodes", "shape", "reduction", "reductions", "inputs", "outputs", "epilogue", "transposes")
+    __slots__ = ("nodes", "shape", "reduction", "reductions", "inputs", "outputs", "epilogue")
 
-    def __init__(self, nodes, shape, reduction, inputs, outputs, epilogue=(), reductions=None, transposes=()):
+    def __init__(self, nodes, shape, reduction, inputs, outputs, epilogue=(), reductions=None):
         self.nodes, self.shape, self.reduction = nodes, shape, reduction
         self.reductions = list(reductions) if reductions is not None else [] if reduction is None else [reduction]
         self.inputs, self.outputs, self.epilogue = inputs, outputs, list(epilogue)
-        self.transposes = list(transposes)
 
     @property
     def ids(self) -> frozenset:
@@ -42,21 +39,13 @@ class Chain:
     @property
     def elementwise(self) -> list:
         """The element-wise nodes before the reduction (all of them when there is none)."""
-        return [n for n in self.nodes if n not in self.reductions and n not in self.epilogue and n not in self.transposes]
+        return [n for n in self.nodes if n not in self.reductions and n not in self.epilogue]
 
 
 def is_elementwise(node) -> bool:
     """An element-wise node (its op's category, or a cast or broadcast) without variadic inputs."""
     return ((node.op.category == "elementwise" or node.op.name in ELEMENTWISE_EXTRA) and len(node.outputs) == 1
             and not any(isinstance(x, list) for x in node.inputs))
-
-
-def permutation(node) -> tuple:
-    """The axes of a transpose node's input in its result's order."""
-    nd = len(node.inputs[0].shape)
-    if node.op.name == "matrix_transpose":
-        return tuple(range(nd - 2)) + (nd - 1, nd - 2)
-    return tuple(a + nd if a < 0 else a for a in node.attrs["axes"])
 
 
 def reduce_axes(node) -> tuple:
@@ -77,11 +66,11 @@ def _size(shape) -> int:
 
 
 class _Group:
-    __slots__ = ("nodes", "shape", "preds", "closed", "reduction", "reductions", "epilogue", "after", "transposes")
+    __slots__ = ("nodes", "shape", "preds", "closed", "reduction", "reductions", "epilogue", "after")
 
     def __init__(self, shape):
         self.nodes, self.shape, self.preds, self.closed, self.reduction = [], shape, set(), False, None
-        self.reductions, self.transposes = [], []
+        self.reductions = []
         self.epilogue, self.after = [], set()  # nodes after the reduction, the value ids they may read
 
 
@@ -99,7 +88,7 @@ def _depends(start, target) -> bool:
 
 
 def chains(graph, accept, accept_reduction=None, min_nodes: int = 2, device_type: str | None = None,
-           epilogue: bool = False, siblings: bool = False, transposes: bool = False) -> list:
+           epilogue: bool = False, siblings: bool = False) -> list:
     """The fusible chains of ``graph`` (only nodes on ``device_type`` when given; every node of a
     chain is on one device): element-wise nodes ``accept(node)`` allows, grouped with
     their producers when the result has the same shape and grouping keeps every chain convex;
@@ -109,10 +98,7 @@ def chains(graph, accept, accept_reduction=None, min_nodes: int = 2, device_type
     ``log`` of a sum, a mean's division) join the chain after its reduction. ``siblings=True``:
     more reductions of the same axes and result shape over a value of the chain (a ``min`` and a
     ``max``) join it, and a reduction of a value from outside any chain starts a chain (of
-    reductions of that value, then their epilogue). ``transposes=True``: a ``matrix_transpose`` or
-    ``permute_dims`` of a value of a chain's element-wise part joins it (stored permuted); what
-    reads the transposed value stays outside the chain; with ``siblings=True`` too, transposes
-    of a value from outside any chain start a chain with the reductions of that value."""
+    reductions of that value, then their epilogue)."""
     group_of: dict = {}  # value id -> group of its producer (every node gets a group)
     seeds: dict = {}  # value id -> the chain its reductions start (siblings=True)
     groups = []
@@ -123,22 +109,6 @@ def chains(graph, accept, accept_reduction=None, min_nodes: int = 2, device_type
         here = device_type is None or node.outputs and node.outputs[0].device.type == device_type
         if not here:
             pass
-        elif transposes and node.op.name in TRANSPOSES and len(ins) == 1 and len(ins[0].shape) >= 2 and \
-                (_transposable(producers[0], ins[0]) or siblings):
-            g = producers[0] if _transposable(producers[0], ins[0]) else seeds.get(ins[0].id)
-            if g is None:  # a transpose of a value from outside any chain: the chain of that value's reads
-                g = seeds[ins[0].id] = _Group(tuple(ins[0].shape))
-                g.closed = True
-                groups.append(g)
-            g.nodes.append(node)
-            g.preds.update(p for p in producers if p is not None and p is not g)
-            g.transposes.append(node)
-            view = _Group(None)  # the transposed value: read outside the chain, after it
-            view.closed, view.preds = True, {g}
-            groups.append(view)
-            for o in node.outputs:
-                group_of[o.id] = view
-            continue
         elif is_elementwise(node) and accept(node) and _size(node.outputs[0].shape):
             shape = tuple(node.outputs[0].shape)
             for g in producers:
@@ -175,21 +145,15 @@ def chains(graph, accept, accept_reduction=None, min_nodes: int = 2, device_type
     order = {n.id: k for k, n in enumerate(graph.nodes)}
     out = []
     for g in groups:
-        if g.nodes is None or g.shape is None:  # merged into another, or a transposed value's placeholder
+        if g.nodes is None:  # merged into another
             continue
         g.nodes.sort(key=lambda n: order[n.id])
         if sum(n.op.name != "broadcast_to" for n in g.nodes) < min_nodes:
             continue
         ids = {n.id for n in g.nodes}
         inputs, outputs = graph.boundary(ids)
-        out.append(Chain(g.nodes, g.shape, g.reduction, inputs, outputs, g.epilogue, g.reductions, g.transposes))
+        out.append(Chain(g.nodes, g.shape, g.reduction, inputs, outputs, g.epilogue, g.reductions))
     return out
-
-
-def _transposable(g, value) -> bool:
-    """Whether ``value`` (produced in group ``g``) is a value of ``g``'s element-wise part."""
-    return g is not None and g.nodes is not None and g.shape is not None and g.shape == tuple(value.shape) \
-        and value.id not in g.after and len(value.shape) >= 2
 
 
 def _reduction_group(node, value, g, seeded, siblings: bool):
@@ -202,8 +166,6 @@ def _reduction_group(node, value, g, seeded, siblings: bool):
         return g
     if not siblings:
         return None
-    if seeded is not None and seeded.reduction is None:  # so far only transposes of the value
-        return seeded
     for c in (g, seeded):
         if c is not None and c.nodes is not None and c.reduction is not None and c.shape == shape and \
                 (c is seeded or value.id not in c.after) and reduce_axes(node) == reduce_axes(c.reduction) and \
@@ -241,7 +203,6 @@ def _may_merge(a, b, groups) -> bool:
 def _merge(a, b, groups, group_of) -> None:
     """Group ``b`` joins ``a``: its nodes, its producers, and whoever depended on it."""
     a.nodes += b.nodes
-    a.transposes += b.transposes
     a.preds |= {p for p in b.preds if p is not a}
     for g in groups:
         if b in g.preds:
