@@ -8,7 +8,9 @@ each figure is the median over rounds with the min–max of the per-round ratio)
 3. ``reduce``: a 16M sum, and sums along each axis of 4096², vs numpy;
 4. ``launch``: per-op launch overhead (16-element add) vs a raw pyopencl kernel call;
 5. ``mlp``: the digits MLP training step (64-256-10, batch 256, Adam) on opencl vs the cpu backend;
-6. ``first``: first-op latency in a fresh process: cold caches vs warm (program cache on disk + PoCL's).
+6. ``first``: first-op latency in a fresh process: cold caches vs warm (program cache on disk + PoCL's);
+7. ``ops``: per-call time of softmax, log_softmax, cross_entropy, mean, var, permute_dims, x[1:3] and
+   linear on a (64, 64) float32 array, each as a multiple of a same-size add (interleaved).
 
 numpy's BLAS is slowed by OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE where they are set: unset both
 for this command. The machine's load average is printed before and after.
@@ -156,6 +158,20 @@ def bench_mlp(steps: int, rounds: int) -> None:
     print(f"    opencl/cpu step time {cl_ / cpu:.2f}×")
 
 
+def bench_ops(calls: int, rounds: int) -> None:
+    a = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    x, w = ad.asarray(a, device=DEV), ad.asarray(a[:32], device=DEV)
+    b, lab = ad.asarray(a[0, :32], device=DEV), ad.asarray(np.arange(64) % 64, device=DEV)
+    cases = {"add": lambda: x + x, "softmax": lambda: ad.softmax(x), "log_softmax": lambda: ad.log_softmax(x),
+             "cross_entropy": lambda: ad.cross_entropy(x, lab), "mean": lambda: ad.mean(x), "var": lambda: ad.var(x),
+             "permute_dims": lambda: ad.permute_dims(x, (1, 0)), "x[1:3]": lambda: x[1:3],
+             "linear": lambda: ad.linear(x, w, b)}
+    t = interleaved({k: (f, sync_ad) for k, f in cases.items()}, calls, rounds)
+    print("per-op (64x64 float32, us per call; multiple of add): "
+          + "   ".join(f"{k} {med(v) * 1e6:.1f}" + ("" if k == "add" else f" ({ratio(t, k, 'add')})")
+                     for k, v in t.items()))
+
+
 FIRST_OP = """
 import time; t0 = time.perf_counter()
 import anydevice as ad, numpy as np
@@ -182,7 +198,7 @@ def bench_first_op() -> None:
           f"{ours_only[1] * 1e3:6.1f} ms   (import + device setup {warm[0] * 1e3:.0f} ms)")
 
 
-SECTIONS = ("add", "matmul", "reduce", "launch", "mlp", "first")
+SECTIONS = ("add", "matmul", "reduce", "launch", "mlp", "first", "ops")
 
 
 def main(argv=None) -> int:
@@ -199,7 +215,8 @@ def main(argv=None) -> int:
            "reduce": lambda: bench_reduce(r),
            "launch": lambda: bench_launch(200 if args.quick else 1000, r),
            "mlp": lambda: bench_mlp(10 if args.quick else 20, r),
-           "first": bench_first_op}
+           "first": bench_first_op,
+           "ops": lambda: bench_ops(50 if args.quick else 200, r)}
     for name in args.only:
         run[name]()
     print(f"load average at the end {os.getloadavg()[0]:.2f}")

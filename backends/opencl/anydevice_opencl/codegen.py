@@ -13,7 +13,8 @@ A kernel is named by a *spec*, a small tuple whose first item says what it is:
   for ``"packed"``); ``("take", dtype, idx)``;
   ``("arange", dtype, via)``; ``("philox", "uint8")`` (the random bits, compiled in a program of its own);
 - ``("smx", "softmax" | "log_softmax" | "nll" | "ceg", dtype, L[, labels])``: a work-group of ``L`` per
-  row; ``("cetot", in, out, L)``: the sum or mean of cross entropy's per-row losses (programs of their own).
+  row; ``("cetot", in, out, L)``: the sum or mean of cross entropy's per-row losses; ``("inrange", dtype)``:
+  the flag of index_in_range (programs of their own).
 
 PoCL compiles a program in ~0.4 s (mostly fixed, whatever its size) and code-generates each
 kernel lazily at its first launch (~30 ms unoptimized, ~60–100 ms optimized, ~0.7 s for the tiled
@@ -705,6 +706,19 @@ def _ce_total(name: str, in_dt: str, out_dt: str, local: int) -> str:
             f"  if (l == 0) {{ {T} t = sh[0]; if (mean) t = t / ({T})n; {store(out_dt, 'out', 'out_o', 't', T)} }}\n}}\n")
 
 
+def _in_range(name: str, dt: str) -> str:
+    """``("inrange", dtype)``: clears the flag ``*out`` (filled with 1 first) where ``x[i]`` is
+    below ``lo`` (when ``clo``) or not below ``hi`` (when ``chi``); every writer writes 0. The
+    bounds come in the dtype's own type (the host keeps those beyond its range out).
+    Arguments: out, out_o, x, x_o, n, lo, hi, clo, chi."""
+    S = CTYPES[dt].storage
+    return (f"__kernel void {name}(__global uchar* out, long out_o, __global const {S}* x, long x_o, long n,\n"
+            f"       {S} lo, {S} hi, long clo, long chi) {{\n"
+            "  long i = get_global_id(0); if (i >= n) return;\n"
+            f"  {S} v = x[x_o + i];\n"
+            "  if ((clo && v < lo) || (chi && v >= hi)) out[out_o] = 0;\n}\n")
+
+
 # --- take / arange -----------------------------------------------------------------------------
 def _take(name: str, dt: str, idx_dt: str) -> str:
     """``out[p, j, q] = x[p, idx[j] (negative: + n), q]``; an out-of-range index sets ``*bad``.
@@ -847,6 +861,8 @@ def kernel_source(spec: tuple) -> str:
         return _softmax(n, *spec[1:])
     if kind == "cetot":
         return _ce_total(n, *spec[1:])
+    if kind == "inrange":
+        return _in_range(n, spec[1])
     if kind in SOURCES:
         return SOURCES[kind](n, *spec[1:])
     raise ValueError(f"unknown kernel spec {spec!r}")

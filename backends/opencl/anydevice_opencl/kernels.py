@@ -764,6 +764,25 @@ def take(ctx, out, x, indices, axis):
         raise IndexError(f"take(): an index is out of range for axis {axis} with size {n} (on {ctx.device})")
 
 
+def index_in_range(ctx, out, x, low, high):
+    """Whether every value of ``x`` is in [low, high): ``out`` filled with 1, then one launch
+    clears it at any value outside (:func:`codegen._in_range`); bounds beyond the dtype's range
+    hold for every value, and a range that excludes the whole dtype fails any non-empty ``x``."""
+    info = np.iinfo(x.dtype.numpy)
+    rt = ctx.runtime
+    if x.size and (low > info.max or high <= info.min):
+        rt.memset(ctx.index, out.handle, out.byte_offset, 0, 1, ctx.stream)
+        return
+    rt.memset(ctx.index, out.handle, out.byte_offset, 1, 1, ctx.stream)
+    clo, chi = low > info.min, high <= info.max
+    if not x.size or not (clo or chi):
+        return
+    t = x.dtype.numpy.type
+    g = -(-x.size // LOCAL) * LOCAL
+    _launch(ctx, ("inrange", x.dtype.name), (g,), (LOCAL,),
+            [out.handle, _off(out), x.handle, _off(x), x.size, t(low if clo else 0), t(high if chi else 0), int(clo), int(chi)])
+
+
 # --- creation ----------------------------------------------------------------------------------
 def full(ctx, out, shape, fill_value, dtype):
     if out.nbytes == 0:
@@ -816,6 +835,8 @@ def register(kernels, runtime) -> None:
         kernels.register(name, fn, out=True)
     for kind in ("softmax", "log_softmax"):
         kernels.register(kind, _softmax_kernel(kind), dtypes=codegen.SOFTMAX_DTYPES, out=True)
+    kernels.register("index_in_range", index_in_range, dtypes=[d for d, c in codegen.CTYPES.items() if c.kind in "iu"],
+                     out=True)
     kernels.register("cross_entropy", cross_entropy, dtypes=codegen.SOFTMAX_DTYPES, out=True)
     kernels.register("cross_entropy_grad", cross_entropy_grad, dtypes=codegen.SOFTMAX_DTYPES, out=True)
     kernels.register("philox_bits", philox_bits, dtypes=[d for d, c in codegen.CTYPES.items() if c.kind in "iu"],
