@@ -361,6 +361,7 @@ def _cases():
     yield "cross_entropy_grad", [_ANY, np.array([0, 3, 7]), np.asarray(0.5)], {"reduction": "mean"}, fl
     yield "cross_entropy_grad", [_ANY, np.array([0, 3, 1]), _POS[:, 0]], {"reduction": "none"}, ("float32",)
     yield from ((op, [_ANY, _POS / 4.0], {"axis": a}, fl) for op in ("softmax_grad", "log_softmax_grad") for a in (-1, 0))
+    yield "relu_grad", [_POS, _ANY], {}, fl
     yield "layer_norm", [_ANY, _POS[0], _ANY[0]], {"eps": 1e-5}, fl
     x4 = np.stack([_ANY, _POS])[None]  # (1, 2, 3, 4)
     yield "conv2d", [x4, np.resize(_POS, (3, 2, 2, 2))], {"padding": (1, 0, 1, 1)}, fl

@@ -292,3 +292,31 @@ def test_index_checks_name_the_bad_value():
         ad.take(x, ad.asarray([5]), axis=1)
     with pytest.raises(TypeError, match=r"index_in_range\(\) does not accept dtype float32"):
         ad.index_in_range(x, low=0, high=1)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64", "int32"])
+def test_relu_grad_cpu_kernel_equals_decomposition(dtype):
+    from anydevice.engine.dispatch import xp
+    from anydevice.ops.registry import get_op
+
+    x = ad.asarray(np.asarray([[-1.5, 0.0, 2.0], [3.0, -0.0, np.nan if dtype.startswith("f") else 1]]).astype(
+        np.float32)).astype(getattr(ad, dtype))
+    g = ad.asarray(np.asarray([[1.0, -2.0, -3.0], [np.inf, 5.0, -6.0]]).astype(np.float32)).astype(getattr(ad, dtype)) \
+        if dtype != "int32" else ad.asarray(np.asarray([[1, -2, -3], [4, 5, -6]], np.int32))
+    cpu = ad.relu_grad(g, x)
+    decomposed = get_op("relu_grad").decomposition(xp, g, x)
+    assert cpu.dtype == g.dtype
+    np.testing.assert_array_equal(cpu.numpy(), decomposed.numpy())
+    (gx,) = _grads(lambda t: ad.sum(ad.relu(t) * ad.asarray([1.0, 2.0, 3.0])), np.asarray([-1.0, 0.0, 4.0]))
+    np.testing.assert_array_equal(gx, [0.0, 0.0, 3.0])
+
+
+def test_cross_entropy_of_an_empty_batch_is_a_quiet_nan():
+    import warnings
+
+    x = ad.zeros((0, 3)).requires_grad_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loss = F.cross_entropy(x, ad.asarray(np.zeros(0, np.int64)))
+        loss.backward()
+    assert np.isnan(loss.item()) and x.grad.shape == (0, 3)

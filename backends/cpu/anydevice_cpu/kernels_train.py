@@ -1,6 +1,6 @@
 """Native numpy kernels of the training step's fused backward ops: the gradient of cross entropy
 with respect to its logits in one pass (softmax, minus one at each label, times the scale), and
-those of softmax and log_softmax from their outputs, and that of basic indexing (zeros with the
+those of softmax and log_softmax from their outputs and of relu, and that of basic indexing (zeros with the
 gradient at the key); and the range check of indices in one pass each for the minimum and maximum."""
 from __future__ import annotations
 
@@ -66,10 +66,14 @@ def index_in_range(ctx, x, low, high):
                                     and int(np.maximum.reduce(x, axis=None)) < high))
 
 
+def relu_grad(g, x):
+    return np.multiply(g, x > 0)
+
+
 def register(kernels, wrap) -> None:
     """Register the kernels with the cpu backend's wrappers ``wrap`` (name -> wrapper)."""
     for name, fn in (("cross_entropy_grad", cross_entropy_grad), ("softmax_grad", softmax_grad),
-                     ("log_softmax_grad", log_softmax_grad)):
+                     ("log_softmax_grad", log_softmax_grad), ("relu_grad", relu_grad)):
         kernels.register(name, wrap["half"](fn))
     kernels.register("getitem_grad", getitem_grad)
     kernels.register("index_in_range", index_in_range)

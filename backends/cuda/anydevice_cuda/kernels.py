@@ -507,6 +507,7 @@ TABLE = {
     "linspace": (_linspace, "native"), "softmax": (_softmax, "half"), "log_softmax": (_log_softmax, "half"),
     "cross_entropy": (_cross_entropy, "half"), "cross_entropy_grad": (_cross_entropy_grad, "half"),
     "softmax_grad": (_softmax_grad, "half"), "log_softmax_grad": (_log_softmax_grad, "half"),
+    "relu_grad": (lambda g, x: g * (x > 0), "half"),
     "layer_norm": (_layer_norm, "half"),
     "linear": (lambda x, w, b: cp.matmul(x, w.T) + b, "half"),
 }

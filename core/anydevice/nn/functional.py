@@ -421,11 +421,11 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, i
 
 def _fused_ce(logits, target, ignore_index) -> bool:
     """Whether the cross_entropy op computes what log_softmax and nll_loss would: class indices of
-    the logits' leading shape, and an ignore_index no label in range can equal."""
+    the logits' leading shape, at least one, and an ignore_index no label in range can equal."""
     c = logits.shape[-1]
     return (logits.dtype.kind == "float" and target.dtype.kind in ("int", "uint")
             and tuple(target.shape) == tuple(logits.shape[:-1]) and isinstance(ignore_index, int)
-            and not 0 <= ignore_index < c)
+            and not 0 <= ignore_index < c and target.size > 0)  # an empty batch: nll_loss's quiet NaN
 
 
 def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,

@@ -335,8 +335,21 @@ def _log1p_ref(x):
 
 
 # --- activations (element-wise) --------------------------------------------------------------
-unary("relu", lambda x: np.maximum(x, 0), cat="real", vjp=lambda xp, g, i, o: (g * xp.astype(xp.greater(i[0], 0), g.dtype),),
+unary("relu", lambda x: np.maximum(x, 0), cat="real", vjp=lambda xp, g, i, o: (xp.relu_grad(g, i[0]),),
       decomp=lambda xp, x: xp.maximum(x, xp.zeros_like(x)))
+
+
+def _relu_grad_samples(d, rng):
+    from anydevice.ops.samples import Sample, values
+
+    x = values(rng, d, (4, 5))
+    x.flat[:3] = 0  # x = 0 passes no gradient
+    return [Sample([values(rng, d, (4, 5)), x], {}, "(4, 5)"), Sample([values(rng, d, (5,)), x], {}, "grad broadcast")]
+
+
+binary("relu_grad", lambda g, x: g * (x > 0), cat="real", samples=_relu_grad_samples, diff=False,
+       decomp=lambda xp, g, x: g * xp.astype(xp.greater(x, 0), g.dtype),
+       doc="the gradient of relu: grad where x > 0, else grad * 0")
 unary("sigmoid", lambda x: 1.0 / (1.0 + np.exp(-x)), cat="real_floating", vjp=lambda xp, g, i, o: (g * o * (1.0 - o),),
       decomp=lambda xp, x: 1.0 / (xp.exp(-x) + 1.0))
 

@@ -130,14 +130,15 @@ def _getitem_grad_shape(shapes, attrs):
 
 
 def _getitem_grad_samples(d, rng):
-    from anydevice.ops.samples import Sample, values
+    from anydevice.ops.samples import _GRAD_DTYPES, Sample, values
 
     cases = [((4, 5), (slice(1, 3),)), ((4, 5), (slice(None), slice(None, None, 2))), ((3, 4), (1,)),
              ((2, 3, 4), (None, 0, slice(1, None), -1)), ((3,), ())]
     out = []
     for shape, key in cases:
         ck = canonical_key(key, shape)
-        out.append(Sample([values(rng, d, key_shape(ck))], {"shape": shape, "key": ck}, f"{shape}[{key}]"))
+        out.append(Sample([values(rng, d, key_shape(ck))], {"shape": shape, "key": ck}, f"{shape}[{key}]",
+                          grad=d in _GRAD_DTYPES))  # linear in grad: any values
     return out
 
 

@@ -61,8 +61,8 @@ def expand_to(xp, g, x, axes, keepdims):
 
 def keep_axes(xp, g, x, axes, keepdims):
     """A reduced gradient with the reduced axes kept (size 1), so that it broadcasts against ``x``
-    (a 0-d one broadcasts as it is)."""
-    if keepdims or g.ndim == 0:
+    (one reduced over leading axes only, or to 0-d, broadcasts as it is)."""
+    if keepdims or g.ndim == 0 or tuple(axes) == tuple(range(len(axes))):
         return g
     return xp.reshape(g, reduced_shape(x.shape, axes, True))
 
