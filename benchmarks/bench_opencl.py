@@ -167,9 +167,8 @@ def bench_ops(calls: int, rounds: int) -> None:
              "permute_dims": lambda: ad.permute_dims(x, (1, 0)), "x[1:3]": lambda: x[1:3],
              "linear": lambda: ad.linear(x, w, b)}
     t = interleaved({k: (f, sync_ad) for k, f in cases.items()}, calls, rounds)
-    print("per-op (64x64 float32, us per call; multiple of add): "
-          + "   ".join(f"{k} {med(v) * 1e6:.1f}" + ("" if k == "add" else f" ({ratio(t, k, 'add')})")
-                     for k, v in t.items()))
+    print(f"per-op (64x64 float32), µs per call and time as a multiple of an add ({med(t['add']) * 1e6:.1f} µs):")
+    print("    " + ";  ".join(f"{k} {med(v) * 1e6:.1f} µs {ratio(t, k, 'add')}" for k, v in t.items() if k != "add"))
 
 
 FIRST_OP = """

@@ -650,7 +650,7 @@ def _softmax(name: str, kind: str, dt: str, local: int, lab_dt: str | None = Non
 
     Row ``g`` of ``K`` elements at ``x_o + (g / inner) * K * inner + g % inner``, stride ``inner``
     (the elements after the axis). Arguments: out, out_o, x, x_o, K, inner[, lab, lab_o[, grad,
-    grad_o, gs, nd]]."""
+    grad_o, gs, nd]], R."""
     T, S, L = CTYPES[dt].compute, CTYPES[dt].storage, local
     ld = load(dt, "x", "b + k * inner")
     tree = ("  for (int w = {L} / 2; w > 0; w >>= 1) {{\n"
@@ -675,21 +675,28 @@ def _softmax(name: str, kind: str, dt: str, local: int, lab_dt: str | None = Non
                 f"  if (nd > 0) sc = sc / ({T})nd;\n"
                 f"  for (long k = l; k < K; k += {L}) {{ {T} v = {ld}; {T} p = exp(v - m) / tot; if (k == y) p = p - ({T})1;\n"
                 f"    {store(dt, 'out', 'o + k * inner', 'p * sc', T)} }}\n")
+    loops = (f"  {T} m = -INFINITY;\n"
+             f"  for (long k = l; k < K; k += {L}) {{ {T} v = {ld}; m = (m >= v || isnan(m)) ? m : v; }}\n"
+             "@MAX@"
+             f"  {T} acc = 0;\n"
+             f"  for (long k = l; k < K; k += {L}) acc += exp({ld} - m);\n"
+             "@SUM@")
+    if L == 1:  # a row per work-item, rows side by side in work-groups of any size
+        body = loops.replace("@MAX@", "").replace("@SUM@", "") + f"  {T} tot = acc, lse = log(tot);\n"
+        return (f"__kernel void {name}({params}, long R) {{\n"
+                "  long g = get_global_id(0); if (g >= R) return; const int l = 0;\n"
+                "  long r = (g / inner) * K * inner + g % inner, b = x_o + r, o = out_o + r;\n"
+                + body + last + "}\n")
+    body = (loops.replace("@MAX@", "  sh[l] = m; barrier(CLK_LOCAL_MEM_FENCE);\n"
+                          + tree.format(L=L, T=T, comb="(a >= c || isnan(a)) ? a : c")
+                          + "  m = sh[0]; barrier(CLK_LOCAL_MEM_FENCE);\n")
+            .replace("@SUM@", "  sh[l] = acc; barrier(CLK_LOCAL_MEM_FENCE);\n" + tree.format(L=L, T=T, comb="a + c")))
     return (f"__kernel __attribute__((reqd_work_group_size({L}, 1, 1)))\n"
-            f"void {name}({params}) {{\n"
+            f"void {name}({params}, long R) {{\n"
             "  long g = get_group_id(0); int l = get_local_id(0);\n"
             "  long r = (g / inner) * K * inner + g % inner, b = x_o + r, o = out_o + r;\n"
             f"  __local {T} sh[{L}];\n"
-            f"  {T} m = -INFINITY;\n"
-            f"  for (long k = l; k < K; k += {L}) {{ {T} v = {ld}; m = (m >= v || isnan(m)) ? m : v; }}\n"
-            "  sh[l] = m; barrier(CLK_LOCAL_MEM_FENCE);\n"
-            + tree.format(L=L, T=T, comb="(a >= c || isnan(a)) ? a : c")
-            + "  m = sh[0]; barrier(CLK_LOCAL_MEM_FENCE);\n"
-            f"  {T} acc = 0;\n"
-            f"  for (long k = l; k < K; k += {L}) acc += exp({ld} - m);\n"
-            "  sh[l] = acc; barrier(CLK_LOCAL_MEM_FENCE);\n"
-            + tree.format(L=L, T=T, comb="a + c")
-            + f"  {T} tot = sh[0], lse = log(tot);\n" + last + "}\n")
+            + body + f"  {T} tot = sh[0], lse = log(tot);\n" + last + "}\n")
 
 
 def _ce_total(name: str, in_dt: str, out_dt: str, local: int) -> str:

@@ -486,6 +486,16 @@ def _row_local(ctx, k: int) -> int:
     return local if local <= ctx.runtime.devices[ctx.index].max_work_group_size else 1
 
 
+def _rows(ctx, spec, rows: int, local: int, args) -> None:
+    """Launch an ``"smx"`` kernel over ``rows`` rows: a work-group per row, or (``local`` 1) a
+    work-item per row in groups of up to :data:`LOCAL`."""
+    if local == 1:
+        ls = min(LOCAL, ctx.runtime.devices[ctx.index].max_work_group_size)
+        _launch(ctx, spec, (-(-rows // ls) * ls,), (ls,), args + [rows])
+    else:
+        _launch(ctx, spec, (rows * local,), (local,), args + [rows])
+
+
 def _softmax_kernel(kind: str):
     def kernel(ctx, out, x, axis=-1):
         if out.size == 0:
@@ -493,8 +503,8 @@ def _softmax_kernel(kind: str):
         shape = tuple(x.shape) or (1,)
         k, inner = shape[axis], _prod(shape[axis + 1:])
         local = _row_local(ctx, k)
-        _launch(ctx, ("smx", kind, x.dtype.name, local), (out.size // k * local,), (local,),
-                [out.handle, _off(out), x.handle, _off(x), k, inner])
+        _rows(ctx, ("smx", kind, x.dtype.name, local), out.size // k, local,
+              [out.handle, _off(out), x.handle, _off(x), k, inner])
 
     kernel.__name__ = f"opencl_{kind}"
     return kernel
@@ -508,8 +518,8 @@ def cross_entropy(ctx, out, logits, labels, reduction="mean"):
     dst = out if reduction == "none" else ctx.empty((rows,), _DTYPES[codegen.PARTIAL.get(dt, dt)])
     if rows:
         local = _row_local(ctx, k)
-        _launch(ctx, ("smx", "nll", dt, local, labels.dtype.name, dst.dtype.name), (rows * local,), (local,),
-                [dst.handle, _off(dst), logits.handle, _off(logits), k, 1, labels.handle, _off(labels)])
+        _rows(ctx, ("smx", "nll", dt, local, labels.dtype.name, dst.dtype.name), rows, local,
+              [dst.handle, _off(dst), logits.handle, _off(logits), k, 1, labels.handle, _off(labels)])
     if reduction != "none":
         local = _row_local(ctx, 65)
         _launch(ctx, ("cetot", dst.dtype.name, dt, local), (local,), (local,),
@@ -523,9 +533,9 @@ def cross_entropy_grad(ctx, out, logits, labels, grad, reduction="mean"):
         return
     rows, k = labels.size, logits.shape[-1]
     local = _row_local(ctx, k)
-    _launch(ctx, ("smx", "ceg", logits.dtype.name, local, labels.dtype.name), (rows * local,), (local,),
-            [out.handle, _off(out), logits.handle, _off(logits), k, 1, labels.handle, _off(labels),
-             grad.handle, _off(grad), int(reduction == "none"), max(rows, 1) if reduction == "mean" else 0])
+    _rows(ctx, ("smx", "ceg", logits.dtype.name, local, labels.dtype.name), rows, local,
+          [out.handle, _off(out), logits.handle, _off(logits), k, 1, labels.handle, _off(labels),
+           grad.handle, _off(grad), int(reduction == "none"), max(rows, 1) if reduction == "mean" else 0])
 
 
 # --- mean / var: the decompositions' kernels, called without dispatching each ----------------------
