@@ -146,3 +146,19 @@ def test_sibling_reductions_share_one_kernel_with_their_epilogue():
         np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5)
     bad = ad.asarray(np.array([3, 12, 5]), device="opencl")  # out of range: the epilogue sees both results
     assert not f(bad, x[:3])[0].numpy() and not fn(bad, x[:3])[0].numpy()
+
+
+def test_dims_that_read_alike_are_merged_so_more_chains_share_a_source():
+    def fn(x, axis):
+        return ad.sum(x * x + 1.0, axis=axis)
+
+    a = _fused_names(lambda x: fn(x, (1, 2)), _t((2, 3, 4)))
+    assert a == _fused_names(lambda x: fn(x, 1), _t((2, 12))) == _fused_names(lambda x: fn(x, (1, 3)), _t((5, 1, 7, 3)))
+    assert a != _fused_names(lambda x: fn(x, 0), _t((2, 12)))
+    assert _fused_names(_bcast, _t((4, 5, 6)), _t((5, 6)), _t((4, 1, 1))) == _fused_names(_bcast, _t((4, 30)), _t((30,)),
+                                                                                         _t((4, 1)))
+    x = _t((5, 1, 7, 3))
+    f = ad.jit.compile(lambda x: fn(x, (1, 3)))
+    for _ in range(2):
+        got = f(x).numpy()
+    np.testing.assert_allclose(got, fn(x, (1, 3)).numpy(), rtol=2e-5, atol=2e-5)

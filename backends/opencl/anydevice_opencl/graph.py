@@ -134,15 +134,20 @@ class Program:
 
     def __init__(self, chain):
         self.chain = chain
-        shape = chain.shape
         red = chain.reduction
-        self.n = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        self.n = int(np.prod(chain.shape, dtype=np.int64)) if chain.shape else 1
         self.inputs = list(chain.inputs)
         self.outputs = list(chain.outputs)
         self.scalars: dict = {}  # argument name -> value
         self.grid = None  # (last dim, the one before, the product of the others) of a 3-d launch
+        reads = {v.id for n in chain.elementwise + chain.reductions for v in n.input_values()}
+        read = [v for v in self.inputs if v.id in reads]
+        reduced = set(reduce_axes(red)) if red is not None else set()
+        self.shape, strides, flags = _collapse(tuple(chain.shape), [_bstrides(v.shape, chain.shape) for v in read], reduced)
+        self.strides = {v.id: st for v, st in zip(read, strides)}  # in the collapsed dims
+        shape = self.shape
         if red is not None:
-            axes = reduce_axes(red)
+            axes = [d for d, f in enumerate(flags) if f]
             kept = [d for d in range(len(shape)) if d not in axes]
             self.m = int(np.prod([shape[d] for d in kept], dtype=np.int64)) if kept else 1
             self.k = int(np.prod([shape[d] for d in axes], dtype=np.int64)) if axes else 1
@@ -175,7 +180,7 @@ class Program:
         """Statements computing ``nodes`` (default: the element-wise nodes before the reduction) at
         coordinates ``coords`` of ``shape`` (linear index ``lin``), and the stores of the values
         among them that leave the chain; ``tag`` names the stride arguments of this context."""
-        shape = self.chain.shape if shape is None else shape
+        shape = self.shape if shape is None else shape
         nodes = self.chain.elementwise if nodes is None else nodes
         names, lines = dict(names or {}), []
         index = {v.id: k for k, v in enumerate(self.inputs)}
@@ -186,10 +191,11 @@ class Program:
                 if k is None or v.id in names:
                     continue
                 dt = v.dtype.name
-                if tuple(v.shape) == tuple(shape):
+                st = self.strides[v.id] if tag == "a" else _bstrides(v.shape, shape)
+                if st == _cstrides(shape):
                     idx = lin
                 else:
-                    idx = _index(coords, _bstrides(v.shape, shape), lambda d, s, k=k: self._arg(f"p{k}_{tag}{d}", s))
+                    idx = _index(coords, st, lambda d, s, k=k: self._arg(f"p{k}_{tag}{d}", s))
                 names[v.id] = f"i{k}"
                 lines.append(f"{indent}{codegen.CTYPES[dt].storage} i{k} = {codegen.load(dt, f'p{k}', f'p{k}_o + ' + idx)};")
             if node is None:
@@ -223,15 +229,15 @@ class Program:
         return ", ".join(ps)
 
     def _source(self) -> str:
-        shape, nd = self.chain.shape, len(self.chain.shape)
+        shape, nd = self.shape, len(self.shape)
         coords = [f"c{d}" for d in range(nd)]
         if self.chain.reduction is not None:
             return self._reduction_source(shape, coords)
-        if nd >= 2 and any(tuple(v.shape) != tuple(shape) for v in self.inputs):
+        if nd >= 2 and any(st != _cstrides(shape) for st in self.strides.values()):
             return self._grid_source(shape, coords)
         n = self._arg("size_n", self.n)
         lines, stores, _ = self._body(coords, "i")
-        head = [f"  long i = get_global_id(0); if (i >= {n}) return;"]  # every input is read at i or at 0
+        head = [f"  long i = get_global_id(0); if (i >= {n}) return;"] + (["  long c0 = i;"] if nd == 1 else [])
         return f"__kernel void {_NAME}({self._params()}) {{\n" + "\n".join(head + lines + stores) + "\n}\n"
 
     def _grid_source(self, shape, coords) -> str:
@@ -331,6 +337,28 @@ class Program:
             return (-(-last // local) * local, rows, rest), (local, 1, 1)
         n = self.m if self.chain.reduction is not None else self.n
         return (-(-n // local) * local,), (local,)
+
+
+def _collapse(shape, strides, reduced) -> tuple:
+    """``(shape, strides, reduced flags)`` with dims of size 1 dropped and adjacent dims merged
+    where every stride list runs on across them and both are reduced or both kept: chains that
+    differ only there (a sum over axes (1, 2) of (2, 3, 4), over axis 1 of (2, 12)) share a source."""
+    out, sts, flags, last = [], [[] for _ in strides], [], None
+    for d, size in enumerate(shape):
+        if size == 1:
+            continue
+        r = d in reduced
+        if out and flags[-1] == r and all(st[last] == st[d] * size for st in strides):
+            out[-1] *= size
+            for j, st in enumerate(strides):
+                sts[j][-1] = st[d]
+        else:
+            out.append(size)
+            flags.append(r)
+            for j, st in enumerate(strides):
+                sts[j].append(st[d])
+        last = d
+    return tuple(out), sts, flags
 
 
 def _off(a) -> int:
