@@ -67,7 +67,11 @@ def index_in_range(ctx, x, low, high):
 
 
 def relu_grad(g, x):
-    return np.multiply(g, x > 0)
+    m = np.greater(x, 0).astype(g.dtype)  # numpy multiplies a float by a bool through a slower cast loop
+    if m.shape != np.shape(g):  # grad broadcasts against x
+        return np.multiply(g, m)
+    m *= g
+    return m
 
 
 def register(kernels, wrap) -> None:
