@@ -728,17 +728,19 @@ def _in_range(name: str, dt: str) -> str:
 
 # --- take / arange -----------------------------------------------------------------------------
 def _take(name: str, dt: str, idx_dt: str) -> str:
-    """``out[p, j, q] = x[p, idx[j] (negative: + n), q]``; an out-of-range index sets ``*bad``.
+    """``out[p, j, q] = x[p, idx[j] (negative: + n), q]``. take's value check (index_in_range)
+    has ruled out indices outside [-n, n) before; one that is (a compiled graph's replay, whose
+    check flag is compared only afterwards) reads element 0 instead of memory past the array.
 
     ``dt`` is a bit-copy dtype (uint8/16/32/64 of the element's size)."""
     ct, it = CTYPES[dt], CTYPES[idx_dt]
     return (f"__kernel void {name}(__global {ct.storage}* out, long out_o, __global const {ct.storage}* x,"
-            f" long x_o, __global const {it.storage}* idx, long idx_o, __global int* bad,\n"
+            f" long x_o, __global const {it.storage}* idx, long idx_o,\n"
             "       long n, long nidx, long post, long total) {\n"
             "  long i = get_global_id(0); if (i >= total) return;\n"
             "  long q = i % post, j = (i / post) % nidx, p = i / (post * nidx);\n"
             "  long kk = (long)idx[idx_o + j]; if (kk < 0) kk += n;\n"
-            "  if (kk < 0 || kk >= n) { *bad = 1; kk = 0; }\n"
+            "  if (kk < 0 || kk >= n) kk = 0;\n"
             "  out[out_o + i] = x[x_o + (p * n + kk) * post + q];\n}\n")
 
 
