@@ -108,3 +108,22 @@ def test_cost_inputs_counts_variadic_inputs():
     nbytes, flops = cost_inputs(get_op("concat"), [xs], out)
     assert nbytes == (6 + 12 + 18) * 4 and flops == 18
     assert np.asarray(out).shape == (6, 3)
+
+
+@pytest.mark.parametrize("device", ["cpu", "npu"])
+def test_profiles_a_training_step_with_multi_output_updates(device):
+    """An optimizer step runs multi-output ops (adam_update gives a tuple of results): the profiler
+    counts their bytes over every result instead of failing on the tuple."""
+    from anydevice import nn, optim
+
+    model = nn.Linear(4, 3).to(device)
+    opt = optim.Adam(model.parameters(), lr=1e-2)
+    x = ad.ones((2, 4), device=device)
+    with profile() as prof:
+        ad.sum(model(x)).backward()
+        opt.step()
+    s = prof["adam_update"]
+    assert s.count == 2  # the weight and the bias
+    w, b = model.weight, model.bias
+    # each call reads and writes parameter, gradient, two moments (four buffers in, at least three out)
+    assert s.nbytes >= 7 * (w.size + b.size) * 4

@@ -142,7 +142,8 @@ class ProfileResult:
 
 def cost_inputs(op, inputs, out) -> tuple[int, float]:
     """``(nbytes, flops)`` of one op call, as the cost model sees it."""
-    shapes, nbytes = [], out.size * out.dtype.itemsize
+    outs = out if type(out) is tuple else (out,)  # a multi-output op (the optimizer updates) gives a tuple
+    shapes, nbytes = [], sum(o.size * o.dtype.itemsize for o in outs)
     for x in inputs:
         if isinstance(x, list):
             shapes.append([t.shape for t in x])
@@ -150,7 +151,7 @@ def cost_inputs(op, inputs, out) -> tuple[int, float]:
         else:
             shapes.append(x.shape)
             nbytes += x.size * x.dtype.itemsize
-    flops = op.flops(shapes, dict(op.attrs)) if op.flops is not None else out.size
+    flops = op.flops(shapes, dict(op.attrs)) if op.flops is not None else sum(o.size for o in outs)
     return nbytes, float(flops)
 
 
