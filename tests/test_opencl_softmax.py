@@ -206,3 +206,39 @@ def test_training_loss_gradient_matches_cpu():
         ad.cross_entropy(t * 1.5, ad.asarray(lab, device=dev)).backward()
         grads.append(t.grad.numpy())
     np.testing.assert_allclose(grads[1], grads[0], rtol=1e-5, atol=1e-7)
+
+
+# --- softmax_grad / log_softmax_grad --------------------------------------------------------------
+GRADS = {"softmax": ad.softmax_grad, "log_softmax": ad.log_softmax_grad}
+
+
+@pytest.mark.parametrize("kind", list(GRADS))
+@pytest.mark.parametrize("shape,axis", [((256, 10), -1), ((4, 1000), 1), ((3, 5, 7), 1), ((3, 5, 7), 0), ((65,), 0)])
+def test_backward_ops_match_cpu(kind, shape, axis):
+    x = (RNG.standard_normal(shape) * 2).astype(np.float32)
+    g = RNG.standard_normal(shape).astype(np.float32)
+    outs = [FNS[kind](ad.asarray(x, device=d), axis=axis) for d in ("cpu", "opencl")]
+    cpu = GRADS[kind](ad.asarray(g), outs[0], axis=axis).numpy()
+    got = GRADS[kind](ad.asarray(g, device="opencl"), outs[1], axis=axis).numpy()
+    np.testing.assert_allclose(got, cpu, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", list(GRADS))
+def test_backward_ops_one_launch_and_0d(kind, monkeypatch):
+    seen = spy_launches(monkeypatch)
+    o = FNS[kind](ad.asarray(RNG.standard_normal((8, 30)).astype(np.float32), device="opencl"))
+    seen.clear()
+    GRADS[kind](ad.ones_like(o), o).numpy()
+    assert [s[:2] for s in seen] == [("smxg", kind)], seen
+    z = GRADS[kind](ad.asarray(np.float32(2.0), device="opencl"), ad.asarray(np.float32(1.0), device="opencl"))
+    assert z.shape == () and float(z) == 0.0
+
+
+@pytest.mark.parametrize("kind", list(GRADS))
+def test_backward_ops_errors_as_on_the_cpu(kind):
+    a, b = np.ones((2, 3), np.float32), np.ones(3, np.float32)
+    with pytest.raises(ValueError) as on_cpu:
+        GRADS[kind](ad.asarray(a), ad.asarray(b))
+    with pytest.raises(ValueError) as on_cl:
+        GRADS[kind](ad.asarray(a, device="opencl"), ad.asarray(b, device="opencl"))
+    assert str(on_cl.value) == str(on_cpu.value)

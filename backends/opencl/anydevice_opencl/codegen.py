@@ -13,7 +13,7 @@ A kernel is named by a *spec*, a small tuple whose first item says what it is:
   for ``"packed"``); ``("take", dtype, idx)``;
   ``("arange", dtype, via)``; ``("philox", "uint8")`` (the random bits, compiled in a program of its own);
 - ``("smx", "softmax" | "log_softmax" | "nll" | "ceg", dtype, L[, labels])``: a work-group of ``L`` per
-  row; ``("cetot", in, out, L)``: the sum or mean of cross entropy's per-row losses; ``("inrange", dtype)``:
+  row; ``("smxg", "softmax" | "log_softmax", dtype, L)``: their backward ops; ``("cetot", in, out, L)``: the sum or mean of cross entropy's per-row losses; ``("inrange", dtype)``:
   the flag of index_in_range (programs of their own).
 
 PoCL compiles a program in ~0.4 s (mostly fixed, whatever its size) and code-generates each
@@ -699,6 +699,31 @@ def _softmax(name: str, kind: str, dt: str, local: int, lab_dt: str | None = Non
             + body + f"  {T} tot = sh[0], lse = log(tot);\n" + last + "}\n")
 
 
+def _softmax_grad(name: str, kind: str, dt: str, local: int) -> str:
+    """``("smxg", "softmax" | "log_softmax", dtype, L)``: the backward ops from the output ``o``
+    and its gradient ``g``, rows laid out as :func:`_softmax`'s: ``o * (g - sum(g * o))`` or
+    ``g - exp(o) * sum(g)`` (the decompositions' formulas). Arguments: out, out_o, g, g_o, K,
+    inner, o, o_o, R."""
+    T, S, L = CTYPES[dt].compute, CTYPES[dt].storage, local
+    lg, lo = load(dt, "x", "b + k * inner"), load(dt, "y", "c + k * inner")
+    term = f"{lg} * {lo}" if kind == "softmax" else lg
+    res = "v * (u - tot)" if kind == "softmax" else "u - exp(v) * tot"
+    head = (f"void {name}(__global {S}* out, long out_o, __global const {S}* x, long x_o, long K, long inner,\n"
+            f"       __global const {S}* y, long y_o, long R) {{\n")
+    rows = "  long r = (g / inner) * K * inner + g % inner, b = x_o + r, c = y_o + r, o = out_o + r;\n"
+    acc = f"  {T} acc = 0;\n  for (long k = l; k < K; k += {L}) acc += {term};\n"
+    last = (f"  for (long k = l; k < K; k += {L}) {{ {T} u = {lg}, v = {lo}; "
+            f"{store(dt, 'out', 'o + k * inner', res, T)} }}\n}}\n")
+    if L == 1:
+        return (f"__kernel {head}  long g = get_global_id(0); if (g >= R) return; const int l = 0;\n" + rows + acc
+                + f"  {T} tot = acc;\n" + last)
+    return (f"__kernel __attribute__((reqd_work_group_size({L}, 1, 1)))\n{head}"
+            "  long g = get_group_id(0); int l = get_local_id(0);\n" + rows + f"  __local {T} sh[{L}];\n" + acc
+            + "  sh[l] = acc; barrier(CLK_LOCAL_MEM_FENCE);\n"
+            f"  for (int w = {L} / 2; w > 0; w >>= 1) {{ if (l < w) sh[l] = sh[l] + sh[l + w]; barrier(CLK_LOCAL_MEM_FENCE); }}\n"
+            f"  {T} tot = sh[0];\n" + last)
+
+
 def _ce_total(name: str, in_dt: str, out_dt: str, local: int) -> str:
     """``("cetot", in, out, L)``: one work-group of ``L`` sums the ``n`` per-row losses and
     stores the sum, or the sum divided by ``n`` when ``mean``. Arguments: out, out_o, x, x_o, n, mean."""
@@ -870,6 +895,8 @@ def kernel_source(spec: tuple) -> str:
         return _softmax(n, *spec[1:])
     if kind == "cetot":
         return _ce_total(n, *spec[1:])
+    if kind == "smxg":
+        return _softmax_grad(n, *spec[1:])
     if kind == "inrange":
         return _in_range(n, spec[1])
     if kind in SOURCES:

@@ -509,6 +509,22 @@ def _softmax_kernel(kind: str):
     return kernel
 
 
+def _softmax_grad_kernel(kind: str):
+    def kernel(ctx, out, g, o, axis=-1):
+        if out.size == 0:
+            return
+        if not o.shape:  # a 0-d softmax is constant: no gradient
+            ctx.runtime.memset(ctx.index, out.handle, out.byte_offset, 0, out.nbytes, ctx.stream)
+            return
+        k, inner = o.shape[axis], _prod(o.shape[axis + 1:])
+        local = _row_local(ctx, k)
+        _rows(ctx, ("smxg", kind, o.dtype.name, local), out.size // k, local,
+              [out.handle, _off(out), g.handle, _off(g), k, inner, o.handle, _off(o)])
+
+    kernel.__name__ = f"opencl_{kind}_grad"
+    return kernel
+
+
 def cross_entropy(ctx, out, logits, labels, reduction="mean"):
     """Per-row losses (:func:`codegen._softmax` ``"nll"``), into ``out`` for reduction 'none',
     else summed (and divided for 'mean') by one more launch (:func:`codegen._ce_total`)."""
@@ -837,6 +853,7 @@ def register(kernels, runtime) -> None:
         kernels.register(name, fn, out=True)
     for kind in ("softmax", "log_softmax"):
         kernels.register(kind, _softmax_kernel(kind), dtypes=codegen.SOFTMAX_DTYPES, out=True)
+        kernels.register(f"{kind}_grad", _softmax_grad_kernel(kind), dtypes=codegen.SOFTMAX_DTYPES, out=True)
     kernels.register("index_in_range", index_in_range, dtypes=[d for d, c in codegen.CTYPES.items() if c.kind in "iu"],
                      out=True)
     kernels.register("cross_entropy", cross_entropy, dtypes=codegen.SOFTMAX_DTYPES, out=True)
