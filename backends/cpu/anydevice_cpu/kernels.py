@@ -263,7 +263,16 @@ def _log_softmax(x, axis):
 
 
 def _cross_entropy(logits, labels, reduction):
-    lsm = _log_softmax(logits, -1)
+    x2 = _short_rows(logits, logits.ndim - 1)
+    if x2 is not None and reduction != "none":  # log(sum(exp(y))) - y[label] per row, from _exp_rows
+        r = _exp_rows(x2, 16.0, 1e-7)
+        lab = labels.reshape(-1)
+        if r is not None and lab.size and _MIN(lab) >= 0 and _MAX(lab) < x2.shape[1]:  # else the error below
+            y, _, s = r
+            picked = y.reshape(-1)[np.arange(0, y.size, y.shape[1]) + lab]
+            nll = np.subtract(np.log(s), picked, out=s)
+            return np.asarray(nll.sum() if reduction == "sum" else nll.mean(), dtype=logits.dtype)
+    lsm = _log_softmax(logits, logits.ndim - 1)
     nll = -np.take_along_axis(lsm, labels[..., None].astype(np.intp), axis=-1)[..., 0]
     if reduction == "none":
         return nll

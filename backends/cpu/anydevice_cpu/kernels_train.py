@@ -10,20 +10,24 @@ import numpy as np
 
 from anydevice.ops.indexing import to_numpy_key
 
-_MAX, _SUM = np.maximum.reduce, np.add.reduce
+from .kernels import _softmax
+
+_MAX, _MIN, _SUM = np.maximum.reduce, np.minimum.reduce, np.add.reduce
 
 
 def cross_entropy_grad(logits, labels, grad, reduction):
     c = logits.shape[-1]
     if c == 0 or logits.size == 0:
         return np.zeros(logits.shape, logits.dtype)
-    p = np.exp(logits - _MAX(logits, axis=-1, keepdims=True))
-    p /= _SUM(p, axis=-1, keepdims=True)
+    p = _softmax(logits, logits.ndim - 1)  # short rows: one maximum and matrix-vector row sums
     p = np.ascontiguousarray(p)  # logits with classes moved last keep numpy's order: rows must be a view
-    rows, lab = p.reshape(-1, c), labels.reshape(-1)
-    ok = (lab >= 0) & (lab < c)  # a label out of range has no one-hot entry
-    idx = np.arange(lab.size) if ok.all() else np.flatnonzero(ok)
-    rows[idx, lab[idx]] -= 1
+    flat, lab = p.reshape(-1), labels.reshape(-1)
+    if _MIN(lab) >= 0 and _MAX(lab) < c:  # each row's label, as a flat index
+        at = np.arange(0, flat.size, c) + lab
+    else:  # a label out of range has no one-hot entry
+        ok = np.flatnonzero((lab >= 0) & (lab < c))
+        at = ok * c + lab[ok]
+    flat[at] -= 1
     if reduction == "none":
         p *= grad[..., None]
     else:
