@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-from anydevice.tools.bench_jit import bench_jit, print_jit
+from anydevice.tools.bench_jit import _torch_step, bench_jit, print_jit
 
 
 def _best(fn, number, repeat=7):
@@ -360,24 +360,8 @@ def _ad_mlp(ad, nn, optim, data, dev, lr, losses):
 
 
 def _torch_mlp(torch, weights, data, lr, losses):
-    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
-    with torch.no_grad():
-        for p, w in zip(model.parameters(), weights):
-            p.copy_(torch.from_numpy(w.copy()))
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    batches = [(torch.from_numpy(x.copy()), torch.from_numpy(y.copy())) for x, y in data]
-    state = {"i": 0, "loss": None}
-
-    def step():
-        xb, yb = batches[state["i"] % len(batches)]
-        state["i"] += 1
-        loss = torch.nn.functional.cross_entropy(model(xb), yb)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        state["loss"] = loss
-
-    losses["torch"] = lambda: float(state["loss"].item())
+    step = _torch_step(torch, weights, data, lr)  # the same torch step the jit section times
+    losses["torch"] = step.loss
     return step
 
 
