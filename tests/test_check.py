@@ -239,9 +239,9 @@ def test_wrong_kernel_fails_compute_and_other_types_are_still_checked(capsys):
     assert "badmath:0 matmul" in comp["detail"] and "max abs error 0.5" in comp["detail"]
     assert "anydevice conformance --device badmath" in comp["hint"]
     assert _checks(entry)["roundtrip"]["status"] == "passed"
-    # linear's decomposition uses the same wrong matmul under autograd, so training fails too
+    # linear's backward computes the weight gradient with the same wrong matmul, so training fails too
     assert "2 of 9 checks failed (compute, training)" in entry["verdict"]
-    assert "training loss" in _checks(entry)["training"]["detail"]
+    assert "badmath:0 weight gradient: 32 of 32 values differ" in _checks(entry)["training"]["detail"]
     assert _devices(report, "cpu")["status"] == "passed"
     assert "badmath" in report["verdict"]
 
