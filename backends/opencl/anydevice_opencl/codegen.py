@@ -891,22 +891,14 @@ def kernel_source(spec: tuple) -> str:
         return _arange(n, *spec[1:3])
     if kind == "philox":
         return _philox(n)
-    if kind == "smx":
-        return _softmax(n, *spec[1:])
-    if kind == "cetot":
-        return _ce_total(n, *spec[1:])
-    if kind == "smxg":
-        return _softmax_grad(n, *spec[1:])
-    if kind == "inrange":
-        return _in_range(n, spec[1])
     if kind in SOURCES:
         return SOURCES[kind](n, *spec[1:])
     raise ValueError(f"unknown kernel spec {spec!r}")
 
 
-#: Source generators of kernel kinds defined in other modules (``kernels_sorting``: ``"argsort"``),
-#: ``kind -> fn(name, *spec[1:])``; such specs compile in programs of their own.
-SOURCES: dict = {}
+#: Source generators of the kernel kinds that compile in programs of their own, ``kind -> fn(name,
+#: *spec[1:])``: the row kernels here, and those other modules add (``kernels_sorting``: ``"argsort"``).
+SOURCES: dict = {"smx": _softmax, "cetot": _ce_total, "smxg": _softmax_grad, "inrange": _in_range}
 
 
 def _cast_targets(dt: str, fp64: bool) -> list:
