@@ -850,7 +850,7 @@ def _repeat(xp, x, repeats, axis, size):
 
 
 def _repeat_ref(x, repeats, axis=None, size=None):
-    r = np.asarray(repeats).reshape(-1)
+    r = np.asarray(repeats).reshape(-1).astype(np.int64)  # numpy refuses uint64 counts (no safe cast to intp)
     return np.repeat(np.asarray(x), r if r.size != 1 else int(r[0]), axis=axis)
 
 
