@@ -1,12 +1,14 @@
 """Generated OpenCL kernels of the optimizer updates (``adam_update``, ``sgd_update``,
 ``rmsprop_update``, ``adagrad_update``; :mod:`anydevice.ops.optim`): one launch per parameter
-instead of the two dozen of their decompositions.
+instead of the two dozen of their decompositions (Adam of a parameter above :data:`ADAM_SPLIT`
+elements: two, see :func:`adam_update`).
 
 Every work-item reads the 0-d step count, so nothing is read back: the bias corrections are
 computed on the device (in double where the device has it, else in float with ``expm1``), the
 first work-item writes the new step count and the states the options leave unused. The
 element-wise math is rounded in the order of the cpu kernels (``FP_CONTRACT OFF``: no fused
-multiply-adds), so a step matches the cpu's to the bias corrections' last bits. One program per
+multiply-adds) and the scalars the cpu multiplies by are passed in the parameter's type, so a step
+gives the cpu's bits (tested: tests/test_opencl_optim.py). One program per
 device and parameter dtype, built at the first update.
 """
 from __future__ import annotations
@@ -22,27 +24,40 @@ from .runtime import BUILD_OPTIONS, Launcher
 LOCAL = 128
 _CTYPE = {"float32": "float", "float64": "double"}
 
+#: the element-wise part of Adam, after the step's scalars ``s1`` (lr over the first moment's bias
+#: correction) and ``r2`` (the root of the second's): shared by the one-launch kernel and
+#: the second launch of the two-launch form (:func:`adam_update`). ``e1``/``e2`` are the betas in
+#: the parameter's type, as the cpu's element-wise products round them.
+_ADAM = """
+    if (!amsgrad && i < x_n) xo[xo_o + i] = x[x_o + i];
+    if (i >= n) return;
+    T pp = p[p_o + i], gg = g[g_o + i];
+    if (wd != 0) { if (decoupled) pp = pp * decay; else gg = gg + wd * pp; }
+    T mm = m[m_o + i] * e1 + gg * c1;
+    T vv = (gg * gg) * c2 + v[v_o + i] * e2;
+    T den = vv;
+    if (amsgrad) { den = maxnan(x[x_o + i], vv); xo[xo_o + i] = den; }
+    den = sqrt(den) / r2 + eps;
+    mo[mo_o + i] = mm; vo[vo_o + i] = vv;
+    po[po_o + i] = pp - (mm * s1) / den;"""
+
 #: op -> ("outputs | inputs | scalars | integers", body): the last output and input are the step
 #: counts, scalars marked ``*`` are of type ``S`` (what the step's scalars are computed in), the
 #: others of ``T`` (the parameter's); ``i`` indexes the element; ``bias(b, t)`` is 1 - b**t. A
 #: state the options leave unused (any size ``<name>_n``) is copied through unchanged.
 _BODIES = {
-    "adam_update": ("po mo vo xo so | p g m v x st | *lr *b1 *b2 eps wd c1 c2 decay | decoupled amsgrad x_n", """
+    "adam_update": ("po mo vo xo so | p g m v x st | *lr *b1 *b2 eps wd c1 c2 decay e1 e2 | decoupled amsgrad x_n", """
     __local S sc[2];  /* the step's scalars, once per work-group */
     if (get_local_id(0) == 0) { S t = (S)tf; sc[0] = lr / bias(b1, t); sc[1] = sqrt(bias(b2, t)); }
     barrier(CLK_LOCAL_MEM_FENCE);
-    T s1 = (T)sc[0], r2 = (T)sc[1];
-    if (!amsgrad && i < x_n) xo[xo_o + i] = x[x_o + i];
-    if (i >= n) return;
-    T pp = p[p_o + i], gg = g[g_o + i];
-    if (wd != 0) { if (decoupled) pp = pp * decay; else gg = gg + wd * pp; }
-    T mm = m[m_o + i] * b1 + gg * c1;
-    T vv = (gg * gg) * c2 + v[v_o + i] * b2;
-    T den = vv;
-    if (amsgrad) { den = maxnan(x[x_o + i], vv); xo[xo_o + i] = den; }
-    den = sqrt(den) / r2 + eps;
-    mo[mo_o + i] = mm; vo[vo_o + i] = vv;
-    po[po_o + i] = pp - (mm * s1) / den;"""),
+    T s1 = (T)sc[0], r2 = (T)sc[1];""" + _ADAM),
+    # the two-launch form of adam_update (large parameters: a work-group barrier keeps PoCL from
+    # vectorizing a kernel, which then runs several times slower): one work-item computes the
+    # step's scalars into sc, then the element-wise part reads them (and no step count)
+    "adam_scalars": ("sc so | st | *lr *b1 *b2 | ", """
+    if (i == 0) { S t = (S)tf; sc[sc_o] = (T)(lr / bias(b1, t)); sc[sc_o + 1] = (T)sqrt(bias(b2, t)); }"""),
+    "adam_apply": ("po mo vo xo | p g m v x sc | eps wd c1 c2 decay e1 e2 | decoupled amsgrad x_n", """
+    T s1 = sc[sc_o], r2 = sc[sc_o + 1];""" + _ADAM),
     "sgd_update": ("po bo so | p g b st | lr mu damp wd | nesterov usemu b_n", """
     if (!usemu && i < b_n) bo[bo_o + i] = b[b_o + i];
     if (i >= n) return;
@@ -88,13 +103,14 @@ def _signature(name):
 
 def _kernel_source(name: str, T: str) -> str:
     outs, ins, scalars, flags = _signature(name)
-    step_out = outs[-1]
+    counts = ins[-1] == "st"  # adam_apply has no step count (adam_scalars wrote it)
+    step_out = outs[-1] if counts else None
     params = [f"__global {'float' if k == step_out else 'T'}* {k}, long {k}_o" for k in outs]
     params += [f"__global const {'float' if k == 'st' else 'T'}* {k}, long {k}_o" for k in ins]
     params += ["long n"] + [f"{'S' if wide else 'T'} {k}" for k, wide in scalars] + [f"long {k}" for k in flags]
-    head = (f"__kernel void anydevice_{name}_{T}({', '.join(params)}) {{\n"
-            f"    long i = get_global_id(0);\n    float tf = st[st_o] + 1.0f;\n"
-            f"    if (i == 0) {step_out}[{step_out}_o] = tf;")
+    head = f"__kernel void anydevice_{name}_{T}({', '.join(params)}) {{\n    long i = get_global_id(0);"
+    if counts:
+        head += f"\n    float tf = st[st_o] + 1.0f;\n    if (i == 0) {step_out}[{step_out}_o] = tf;"
     return head + _BODIES[name][1] + "\n}\n"
 
 
@@ -133,8 +149,9 @@ def _buf(a) -> list:
     return [b.handle, (b.offset + a.offset) // a.dtype.itemsize]
 
 
-def _run(ctx, name, out, inputs, scalars, ints) -> None:
-    p = inputs[0]
+def _run(ctx, name, out, inputs, scalars, ints, like=None) -> None:
+    """Launch ``name`` over the elements of ``like`` (default: the first input, the parameter)."""
+    p = inputs[0] if like is None else like
     dt = p.dtype.name
     n = p.size
     vals = scalars.values()
@@ -155,10 +172,22 @@ def _run(ctx, name, out, inputs, scalars, ints) -> None:
 _TAILS: dict = {}  # (kernel, dtype, fp64, scalars' bits, flags) -> the scalar and flag arguments
 
 
+#: parameters of more elements than this take Adam's two-launch form (adam_scalars, adam_apply)
+ADAM_SPLIT = 4 * LOCAL
+
+
 def adam_update(ctx, out, p, g, m, v, x, step, *, lr, beta1, beta2, eps, weight_decay, decoupled, amsgrad):
-    _run(ctx, "adam_update", out, (p, g, m, v, x, step),
-         {"lr": lr, "b1": beta1, "b2": beta2, "eps": eps, "wd": weight_decay, "c1": 1.0 - beta1, "c2": 1.0 - beta2,
-          "decay": 1.0 - lr * weight_decay}, (decoupled, amsgrad, x.size))
+    """One launch for a small parameter; a larger one first computes the step's scalars in one
+    work-item, so that the element-wise launch needs no work-group barrier."""
+    ew = {"eps": eps, "wd": weight_decay, "c1": 1.0 - beta1, "c2": 1.0 - beta2,
+          "decay": 1.0 - lr * weight_decay, "e1": beta1, "e2": beta2}
+    flags = (decoupled, amsgrad, x.size)
+    if max(p.size, x.size) <= ADAM_SPLIT:
+        _run(ctx, "adam_update", out, (p, g, m, v, x, step), {"lr": lr, "b1": beta1, "b2": beta2, **ew}, flags)
+        return
+    sc = ctx.empty((2,), p.dtype)
+    _run(ctx, "adam_scalars", (sc, out[4]), (step,), {"lr": lr, "b1": beta1, "b2": beta2}, (), like=sc)
+    _run(ctx, "adam_apply", out[:4], (p, g, m, v, x, sc), ew, flags)
 
 
 def sgd_update(ctx, out, p, g, b, step, *, lr, momentum, dampening, weight_decay, nesterov):

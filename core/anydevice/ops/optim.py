@@ -287,7 +287,9 @@ define("adam_update", inputs=("param", "grad", "exp_avg", "exp_avg_sq", "max_exp
            ((4, 3), {"weight_decay": 0.1}, 3.0, "L2 weight decay"),
            ((4, 3), {"weight_decay": 0.1, "decoupled": True}, 3.0, "decoupled weight decay (AdamW)"),
            ((4, 3), {"amsgrad": True}, 5.0, "amsgrad"),
-           ((6,), {"beta1": 0.0, "beta2": 0.5, "lr": 0.1}, 1.0, "beta1 0")]),
+           ((6,), {"beta1": 0.0, "beta2": 0.5, "lr": 0.1}, 1.0, "beta1 0"),
+           ((24, 32), {}, 4.0, "768 elements"),
+           ((24, 32), {"amsgrad": True, "weight_decay": 0.1}, 6.0, "768 elements, amsgrad")]),
        doc="adam_update(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step, *, lr, beta1, beta2, eps, "
            "weight_decay, decoupled, amsgrad) -> the same, one step of Adam (AdamW with decoupled=True; "
            "max_exp_avg_sq is read only with amsgrad)")
