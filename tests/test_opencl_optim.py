@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from opencl_support import needs_opencl, no_fallback  # noqa: F401
 
 import anydevice as ad
-from opencl_support import needs_opencl, no_fallback  # noqa: F401
 
 pytestmark = needs_opencl
 
