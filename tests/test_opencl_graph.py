@@ -96,6 +96,27 @@ def test_reductions_in_both_layouts_equal_eager(shape, axis):
         np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5)
 
 
+def test_column_reductions_with_a_broadcast_input_and_a_partial_block_equal_eager():
+    """A reduction keeping the last dim runs graph.COLUMN_BLOCK adjacent outputs per work-item:
+    120 outputs (3 x 40, not merged: b broadcasts along the last dim) end in a partial block."""
+    from anydevice_opencl import graph
+
+    def fn(x, b):
+        y = x * b + 1.0
+        return ad.sum(y, axis=0), ad.max(y, axis=0) - ad.min(y, axis=0)
+
+    x, b = _t((37, 3, 40)), _t((3, 1))
+    assert 120 % graph.COLUMN_BLOCK
+    want = [t.numpy() for t in fn(x, b)]
+    f = ad.jit.compile(fn)
+    for _ in range(2):
+        got = [t.numpy() for t in f(x, b)]
+    assert partition.build(f.last_graph).stats["fused_kernels"] == 1
+    for g, w in zip(got, want):
+        assert g.shape == w.shape == (3, 40)
+        np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5)
+
+
 def test_int_reductions_and_casts_equal_eager_exactly():
     def fn(s, x):
         m = s > 2
