@@ -591,7 +591,7 @@ def _matmul_pack_t(name: str, dt: str) -> str:
             f"  for (long j = 0; j < {W}; j++) d[j] = c0 + j < N ? s[j * K] : ({T})0;\n}}\n")
 
 
-def _matmul_packed(name: str, dt: str, bias: bool = False) -> str:
+def _matmul_packed(name: str, dt: str, bias: bool = False, ta: bool = False) -> str:
     """``c[z] = a[z] @ b[z]`` from B packed by :func:`_matmul_pack` (panel stride ``ps = K*W``, row
     stride ``ks = W``) or read in place when N is a multiple of W (``ps = W``, ``ks = N``).
 
@@ -602,12 +602,15 @@ def _matmul_packed(name: str, dt: str, bias: bool = False) -> str:
     ``vload16`` of the panel, fused multiply-adds); rows past M read row M-1 and store nothing, so
     any shape works. Global size (group rows * P * MM_GROUP, 1, batch), groups of (MM_GROUP, 1, 1).
     ``bias`` (``"packedb"``, linear): each result then adds ``bias[(c0 + j) * bs]`` (``bs`` 0: one
-    value for all), as a separate add would round it; extra arguments bias, bias_o, bs."""
+    value for all), as a separate add would round it; extra arguments bias, bias_o, bs.
+    ``ta`` (``"packedta"``): A is given transposed (K×M, ``A[r, k] = a[k * M + r]``: the graph
+    compiler's ``matmul(matrix_transpose(x), y)``), so no transposing copy is made."""
     T, R, V, W = CTYPES[dt].storage, range(MM_ROWS), range(MM_COLS // 16), MM_COLS
-    rows = "\n".join(f"  __global const {T}* a{i} = a + ab + min(r0 + {i}, M - 1) * K;" for i in R)
+    rows = "\n".join(f"  __global const {T}* a{i} = a + ab + min(r0 + {i}, M - 1){'' if ta else ' * K'};" for i in R)
+    at = "k * M" if ta else "k"
     acc = "\n".join(f"  {T}16 " + ", ".join(f"c{i}_{j} = 0" for j in V) + ";" for i in R)
     body = ("    " + " ".join(f"{T}16 b{j} = vload16(0, bk + {16 * j});" for j in V) + "\n"
-            + "\n".join(f"    {{ {T}16 av = ({T}16)(a{i}[k]); "
+            + "\n".join(f"    {{ {T}16 av = ({T}16)(a{i}[{at}]); "
                          + " ".join(f"c{i}_{j} = fma(av, b{j}, c{i}_{j});" for j in V) + " }" for i in R))
     full = "\n".join(f"    if (r0 + {i} < M) {{ " + " ".join(f"vstore16(c{i}_{j}{' + v' + str(j) if bias else ''}, 0, cr + {i} * N + {16 * j});"
                                                          for j in V)
@@ -881,8 +884,8 @@ def kernel_source(spec: tuple) -> str:
     if kind == "vred":
         return _vreduction(n, *spec[1:])
     if kind == "mm":
-        if spec[2] == "packedb":
-            return _matmul_packed(n, spec[1], bias=True)
+        if spec[2] in ("packedb", "packedta"):
+            return _matmul_packed(n, spec[1], bias=spec[2] == "packedb", ta=spec[2] == "packedta")
         return {"simple": _matmul_simple, "tiled": _matmul, "pack": _matmul_pack, "packt": _matmul_pack_t,
                 "packed": _matmul_packed}[spec[2]](n, spec[1])
     if kind == "take":
@@ -964,7 +967,8 @@ def family(dt: str, fp64: bool) -> frozenset:
     if dt != "bool":
         specs.append(("mm", dt, "tiled"))
     if dt == "float32":  # (float64 stays tiled: double8/16 trip PoCL's x86 ABI handling without AVX-512)
-        specs += [("mm", dt, "pack"), ("mm", dt, "packed"), ("mm", dt, "packt"), ("mm", dt, "packedb")]
+        specs += [("mm", dt, "pack"), ("mm", dt, "packed"), ("mm", dt, "packt"), ("mm", dt, "packedb"),
+                  ("mm", dt, "packedta")]
     return frozenset(specs + _take_arange(dt, fp64))
 
 

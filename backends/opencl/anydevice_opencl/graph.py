@@ -24,6 +24,7 @@ import pyopencl as cl
 from anydevice.runtime.fusion import chains, reduce_axes
 
 from . import codegen
+from . import kernels as _kernels
 from .kernels import _bstrides, _cstrides
 from .runtime import BUILD_OPTIONS, Launcher
 
@@ -440,13 +441,58 @@ def _builder(runtime, programs: list):
     return built
 
 
+class TransposedMatmul:
+    """``matmul(matrix_transpose(x), y)`` of 2-D float32 values as one launch that reads x by
+    columns (:func:`kernels.matmul_transposed_a`) instead of a transposing copy and a matmul."""
+
+    def __init__(self, slots, shape, dtype):
+        self.slots, self.shape, self.dtype = slots, shape, dtype  # slots: (x, y) positions in the inputs
+        self.__name__ = "matmul_transposed_a"
+
+    def __call__(self, ctx, buffers):
+        out = ctx.empty(self.shape, self.dtype)
+        _kernels.matmul_transposed_a(ctx, out, buffers[self.slots[0]], buffers[self.slots[1]])
+        return [out]
+
+
+def _transposed_matmuls(graph, taken: set) -> list:
+    """``(node ids, TransposedMatmul)`` for each float32 ``matmul(matrix_transpose(x), y)`` of 2-D
+    values whose transpose nothing else reads."""
+    out = []
+    for node in graph.nodes:
+        if node.op.name != "matmul" or node.id in taken:
+            continue
+        a, b = node.inputs[0], node.inputs[1]
+        t = a.producer
+        if t is None or t.id in taken or t.op.name not in ("matrix_transpose", "permute_dims"):
+            continue
+        x = t.inputs[0]
+        if t.op.name == "permute_dims" and tuple(t.attrs.get("axes", ())) != (1, 0):
+            continue
+        vals = (x, a, b, node.outputs[0])
+        if any(len(v.shape) != 2 or v.dtype.name != "float32" for v in vals):
+            continue
+        if graph.escapes(a) or [u.id for u in graph.users(a)] != [node.id]:
+            continue
+        ids = [t.id, node.id]
+        ins, _ = graph.boundary(ids)
+        pos = {v.id: j for j, v in enumerate(ins)}
+        out.append((ids, TransposedMatmul((pos[x.id], pos[b.id]), tuple(node.outputs[0].shape),
+                                          node.outputs[0].dtype)))
+        taken.update(ids)
+    return out
+
+
 def compile_graph(device_type, runtime, graph, kernels):
-    """The claims of one graph: its fusible chains, each a :class:`FusedKernel`; None if none.
-    (A float64 value exists only on a device with cl_khr_fp64, so the graph's dtypes tell.)"""
+    """The claims of one graph: its fusible chains, each a :class:`FusedKernel`, and its
+    transposed-operand matmuls (:class:`TransposedMatmul`, where the device runs the packed
+    matmul); None if none. (A float64 value exists only on a device with cl_khr_fp64, so the
+    graph's dtypes tell.)"""
     found = chains(graph, _accept(True), _accept_reduction(True), device_type=device_type, epilogue=True,
                    siblings=True)
-    if not found:
-        return None
     programs = [Program(ch) for ch in found]
     built = _builder(runtime, programs)
-    return [(p.chain.ids, FusedKernel(p, built)) for p in programs]
+    claims = [(p.chain.ids, FusedKernel(p, built)) for p in programs]
+    if all(_kernels.takes_packed(runtime, i) for i in range(runtime.device_count())):
+        claims += _transposed_matmuls(graph, {i for ids, _ in claims for i in ids})
+    return claims or None

@@ -610,25 +610,44 @@ def _operand(ctx, a, shape2, batch):
     return _materialize(ctx, a, full, _bstrides(tuple(a.shape), full), _off(a)), mat
 
 
-def _matmul_packed(ctx, out, a, sa, b, sb, m, n, k, batch) -> None:
+def _matmul_packed(ctx, out, a, sa, b, sb, m, n, k, batch, ta=False) -> None:
     """float32 ``out = a @ b`` by :func:`codegen._matmul_packed`. B is packed into column panels
     first (once when its batch is broadcast: ``sb == 0``), except a B of whole panels small enough
-    (:data:`UNPACKED_B_BYTES`) that its rows stay in cache and a few pages: it is read in place."""
+    (:data:`UNPACKED_B_BYTES`) that its rows stay in cache and a few pages: it is read in place.
+    ``ta``: ``a`` holds A transposed (K×M)."""
+    mm = ("mm", "float32", "packedta" if ta else "packed")
     w, panels = codegen.MM_COLS, -(-n // codegen.MM_COLS)
     g, blocks = codegen.MM_GROUP, -(-m // codegen.MM_ROWS)
     grid = (-(-blocks // g) * panels * g, 1, batch)
     head = [out.handle, _off(out), a.handle, _off(a)]
     if n % w == 0 and k * n * 4 <= UNPACKED_B_BYTES:
-        _launch(ctx, ("mm", "float32", "packed"), grid, (g, 1, 1),
-                head + [b.handle, _off(b), m, n, k, sa, sb, w, n])
+        _launch(ctx, mm, grid, (g, 1, 1), head + [b.handle, _off(b), m, n, k, sa, sb, w, n])
         return
     total, nb = panels * k * w, batch if sb else 1
     bp = ctx.empty((nb * total,), _DTYPES["float32"])
     lk = codegen.MM_PACK_GROUP
     _launch(ctx, ("mm", "float32", "pack"), (-(-k // lk) * lk, panels), (lk, 1),
             [bp.handle, _off(bp), b.handle, _off(b), n, k, sb, nb])
-    _launch(ctx, ("mm", "float32", "packed"), grid, (g, 1, 1),
-            head + [bp.handle, _off(bp), m, n, k, sa, total if sb else 0, k * w, w])
+    _launch(ctx, mm, grid, (g, 1, 1), head + [bp.handle, _off(bp), m, n, k, sa, total if sb else 0, k * w, w])
+
+
+def matmul_transposed_a(ctx, out, at, b) -> None:
+    """float32 ``out = at.T @ b`` of 2-D ``at`` (K×M) and ``b`` (K×N) without transposing ``at``
+    first (the packed kernel reads A by columns); the caller checks the device takes the packed
+    kernels (:func:`takes_packed`)."""
+    k, m = at.shape
+    n = b.shape[1]
+    if out.size == 0:
+        return
+    if k == 0:
+        ctx.runtime.memset(ctx.index, out.handle, out.byte_offset, 0, out.nbytes, ctx.stream)
+        return
+    _matmul_packed(ctx, out, at, 0, b, 0, m, n, k, 1, ta=True)
+
+
+def takes_packed(runtime, index: int) -> bool:
+    """Whether device ``index`` runs the packed float32 matmul (work-groups of its packing kernel)."""
+    return runtime.devices[index].max_work_group_size >= codegen.MM_PACK_GROUP
 
 
 UNPACKED_B_BYTES = 256 << 10  # float32 matmul reads a B of whole panels up to this size without packing
