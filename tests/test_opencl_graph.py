@@ -220,3 +220,27 @@ def test_a_transposed_operand_matmul_is_one_launch_without_a_transposing_copy(mo
     assert ("mm", "float32", "packedta") not in seen and ("mm", "float32", "packed") in seen, seen
     np.testing.assert_allclose(got[0].numpy(), x.numpy().T @ y.numpy(), rtol=1e-4, atol=1e-3)
     np.testing.assert_array_equal(got[1].numpy(), x.numpy().T)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("rows,k", [(256, 10), (7, 300)], ids=["short rows", "long rows"])
+def test_a_loss_and_its_gradient_share_one_row_launch(monkeypatch, reduction, rows, k):
+    """cross_entropy and cross_entropy_grad of the same logits and labels (the upstream gradient
+    an input) are one claim: one "nllceg" launch gives both, with eager's bits."""
+    from opencl_support import spy_launches
+
+    def fn(x, y, g):
+        return (ad.cross_entropy(x, y, reduction=reduction), ad.cross_entropy_grad(x, y, g, reduction=reduction))
+
+    x = _t((rows, k))
+    y = ad.asarray(RNG.integers(0, k, rows), device="opencl")
+    g = _t((rows,) if reduction == "none" else ())
+    want = [t.numpy() for t in fn(x, y, g)]
+    f = ad.jit.compile(fn)
+    f(x, y, g)
+    seen = spy_launches(monkeypatch)
+    got = [t.numpy() for t in f(x, y, g)]
+    kinds = [s[1] for s in seen if s[0] == "smx"]
+    assert kinds == ["nllceg"], seen
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b, strict=True)

@@ -12,7 +12,7 @@ A kernel is named by a *spec*, a small tuple whose first item says what it is:
 - ``("mm", dtype, "tiled" | "simple" | "packed")``: matmul (``"pack"``: B into column panels
   for ``"packed"``); ``("take", dtype, idx)``;
   ``("arange", dtype, via)``; ``("philox", "uint8")`` (the random bits, compiled in a program of its own);
-- ``("smx", "softmax" | "log_softmax" | "nll" | "ceg", dtype, L[, labels])``: a work-group of ``L`` per
+- ``("smx", "softmax" | "log_softmax" | "nll" | "ceg" | "nllceg", dtype, L[, labels])``: a work-group of ``L`` per
   row; ``("smxg", "softmax" | "log_softmax", dtype, L)``: their backward ops; ``("cetot", in, out, L)``: the sum or mean of cross entropy's per-row losses; ``("inrange", dtype)``:
   the flag of index_in_range (programs of their own).
 
@@ -649,7 +649,10 @@ def _softmax(name: str, kind: str, dt: str, local: int, lab_dt: str | None = Non
     - ``"nll"``: ``out[g] = -(s[y] - lse)`` at the row's label ``y`` (NaN for a label outside
       [0, K), which the op's check rules out before), stored as the result dtype;
     - ``"ceg"`` (cross_entropy_grad): ``(softmax - onehot(y)) * scale``, the scale being
-      ``grad[g * gs]``, divided by ``nd`` when ``nd > 0`` (reduction 'mean').
+      ``grad[g * gs]``, divided by ``nd`` when ``nd > 0`` (reduction 'mean');
+    - ``"nllceg"``: both from one max and one sum of exps (the graph compiler's pair of a loss and
+      its gradient): the row losses into ``out`` as ``"nll"``, the gradient into ``gout`` as
+      ``"ceg"`` (extra arguments gout, gout_o after ceg's).
 
     Row ``g`` of ``K`` elements at ``x_o + (g / inner) * K * inner + g % inner``, stride ``inner``
     (the elements after the axis). Arguments: out, out_o, x, x_o, K, inner[, lab, lab_o[, grad,
@@ -663,21 +666,24 @@ def _softmax(name: str, kind: str, dt: str, local: int, lab_dt: str | None = Non
     params = f"__global {CTYPES[od].storage}* out, long out_o, __global const {S}* x, long x_o, long K, long inner"
     if lab_dt is not None:
         params += f", __global const {CTYPES[lab_dt].storage}* lab, long lab_o"
-    if kind == "ceg":
+    if kind in ("ceg", "nllceg"):
         params += f", __global const {S}* gr, long gr_o, long gs, long nd"
+    if kind == "nllceg":
+        params += f", __global {S}* gout, long gout_o"
     if kind == "softmax":
         last = f"  for (long k = l; k < K; k += {L}) {{ {T} v = {ld}; {store(dt, 'out', 'o + k * inner', 'exp(v - m) / tot', T)} }}\n"
     elif kind == "log_softmax":
         last = f"  for (long k = l; k < K; k += {L}) {{ {T} v = {ld}; {store(dt, 'out', 'o + k * inner', '(v - m) - lse', T)} }}\n"
-    elif kind == "nll":
-        last = ("  if (l == 0) { long y = (long)lab[lab_o + g]; "
-                f"{T} r = NAN; if (y >= 0 && y < K) {{ long k = y; {T} v = {ld}; r = -((v - m) - lse); }}\n"
-                f"    {store(od, 'out', 'out_o + g', 'r', T)} }}\n")
     else:
-        last = (f"  long y = (long)lab[lab_o + g]; {T} sc = {load(dt, 'gr', 'gr_o + g * gs')};\n"
-                f"  if (nd > 0) sc = sc / ({T})nd;\n"
-                f"  for (long k = l; k < K; k += {L}) {{ {T} v = {ld}; {T} p = exp(v - m) / tot; if (k == y) p = p - ({T})1;\n"
-                f"    {store(dt, 'out', 'o + k * inner', 'p * sc', T)} }}\n")
+        nll = ("  if (l == 0) { long y = (long)lab[lab_o + g]; "
+               f"{T} r = NAN; if (y >= 0 && y < K) {{ long k = y; {T} v = {ld}; r = -((v - m) - lse); }}\n"
+               f"    {store(od, 'out', 'out_o + g', 'r', T)} }}\n")
+        dst, base = ("gout", "gout_o + r") if kind == "nllceg" else ("out", "o")
+        ceg = (f"  long y = (long)lab[lab_o + g]; {T} sc = {load(dt, 'gr', 'gr_o + g * gs')};\n"
+               f"  if (nd > 0) sc = sc / ({T})nd;\n"
+               f"  for (long k = l; k < K; k += {L}) {{ {T} v = {ld}; {T} p = exp(v - m) / tot; if (k == y) p = p - ({T})1;\n"
+               f"    {store(dt, dst, f'{base} + k * inner', 'p * sc', T)} }}\n")
+        last = {"nll": nll, "ceg": ceg, "nllceg": nll + ceg}[kind]
     loops = (f"  {T} m = -INFINITY;\n"
              f"  for (long k = l; k < K; k += {L}) {{ {T} v = {ld}; m = (m >= v || isnan(m)) ? m : v; }}\n"
              "@MAX@"

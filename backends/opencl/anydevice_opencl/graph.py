@@ -483,16 +483,60 @@ def _transposed_matmuls(graph, taken: set) -> list:
     return out
 
 
+class LossAndGradient:
+    """``cross_entropy(x, y)`` and ``cross_entropy_grad(x, y, g)`` of the same logits and labels
+    (a training step's loss and the start of its backward pass) as one row launch: one max and
+    one sum of exps per row serve both (:func:`kernels.cross_entropy` with ``grad``)."""
+
+    def __init__(self, slots, reduction, outs):
+        self.slots, self.reduction, self.outs = slots, reduction, outs  # slots: (x, y, g) in the inputs
+        self.__name__ = "cross_entropy_and_grad"
+
+    def __call__(self, ctx, buffers):
+        loss, grad = (ctx.empty(s, d) for s, d in self.outs)
+        x, y, g = (buffers[i] for i in self.slots)
+        _kernels.cross_entropy(ctx, loss, x, y, self.reduction, grad=g, grad_out=grad)
+        return [loss, grad]
+
+
+def _loss_and_gradients(graph, taken: set) -> list:
+    """``(node ids, LossAndGradient)`` for each cross_entropy whose logits and labels a
+    cross_entropy_grad of the same reduction also reads, its upstream gradient an input or a
+    constant (so it cannot depend on the loss), both results leaving the pair."""
+    out = []
+    grads = [n for n in graph.nodes if n.op.name == "cross_entropy_grad" and n.id not in taken]
+    for ce in graph.nodes:
+        if ce.op.name != "cross_entropy" or ce.id in taken or ce.inputs[0].dtype.name not in codegen.SOFTMAX_DTYPES:
+            continue
+        x, y = ce.inputs[0], ce.inputs[1]
+        for gn in grads:
+            g = gn.inputs[2]
+            if (gn.id in taken or gn.inputs[0].id != x.id or gn.inputs[1].id != y.id or g.producer is not None
+                    or gn.attrs.get("reduction") != ce.attrs.get("reduction")):
+                continue
+            ids = [ce.id, gn.id]
+            ins, outs = graph.boundary(ids)
+            if [o.id for o in outs] != [ce.outputs[0].id, gn.outputs[0].id]:
+                continue
+            pos = {v.id: j for j, v in enumerate(ins)}
+            shapes = [(tuple(o.shape), o.dtype) for o in outs]
+            out.append((ids, LossAndGradient((pos[x.id], pos[y.id], pos[g.id]), ce.attrs.get("reduction", "mean"), shapes)))
+            taken.update(ids)
+            break
+    return out
+
+
 def compile_graph(device_type, runtime, graph, kernels):
-    """The claims of one graph: its fusible chains, each a :class:`FusedKernel`, and its
+    """The claims of one graph: its fusible chains, each a :class:`FusedKernel`, its
     transposed-operand matmuls (:class:`TransposedMatmul`, where the device runs the packed
-    matmul); None if none. (A float64 value exists only on a device with cl_khr_fp64, so the
+    matmul) and its loss-and-gradient pairs (:class:`LossAndGradient`); None if none. (A float64 value exists only on a device with cl_khr_fp64, so the
     graph's dtypes tell.)"""
     found = chains(graph, _accept(True), _accept_reduction(True), device_type=device_type, epilogue=True,
                    siblings=True)
     programs = [Program(ch) for ch in found]
     built = _builder(runtime, programs)
     claims = [(p.chain.ids, FusedKernel(p, built)) for p in programs]
+    taken = {i for ids, _ in claims for i in ids}
     if all(_kernels.takes_packed(runtime, i) for i in range(runtime.device_count())):
-        claims += _transposed_matmuls(graph, {i for ids, _ in claims for i in ids})
-    return claims or None
+        claims += _transposed_matmuls(graph, taken)
+    return (claims + _loss_and_gradients(graph, taken)) or None

@@ -525,16 +525,22 @@ def _softmax_grad_kernel(kind: str):
     return kernel
 
 
-def cross_entropy(ctx, out, logits, labels, reduction="mean"):
+def cross_entropy(ctx, out, logits, labels, reduction="mean", grad=None, grad_out=None):
     """Per-row losses (:func:`codegen._softmax` ``"nll"``), into ``out`` for reduction 'none',
-    else summed (and divided for 'mean') by one more launch (:func:`codegen._ce_total`)."""
+    else summed (and divided for 'mean') by one more launch (:func:`codegen._ce_total`).
+    With ``grad`` and ``grad_out``: also ``cross_entropy_grad(logits, labels, grad)`` into
+    ``grad_out``, in the same row launch (``"nllceg"``; the graph compiler's pair)."""
     rows, k = labels.size, logits.shape[-1]
     dt = logits.dtype.name
     dst = out if reduction == "none" else ctx.empty((rows,), _DTYPES[codegen.PARTIAL.get(dt, dt)])
     if rows:
         local = _row_local(ctx, k)
-        _rows(ctx, ("smx", "nll", dt, local, labels.dtype.name, dst.dtype.name), rows, local,
-              [dst.handle, _off(dst), logits.handle, _off(logits), k, 1, labels.handle, _off(labels)])
+        args = [dst.handle, _off(dst), logits.handle, _off(logits), k, 1, labels.handle, _off(labels)]
+        kind = "nll"
+        if grad is not None and grad_out.size:
+            kind = "nllceg"
+            args += _ceg_args(grad, reduction, rows) + [grad_out.handle, _off(grad_out)]
+        _rows(ctx, ("smx", kind, dt, local, labels.dtype.name, dst.dtype.name), rows, local, args)
     if reduction != "none":
         local = _row_local(ctx, 65)
         _launch(ctx, ("cetot", dst.dtype.name, dt, local), (local,), (local,),
@@ -549,8 +555,14 @@ def cross_entropy_grad(ctx, out, logits, labels, grad, reduction="mean"):
     rows, k = labels.size, logits.shape[-1]
     local = _row_local(ctx, k)
     _rows(ctx, ("smx", "ceg", logits.dtype.name, local, labels.dtype.name), rows, local,
-          [out.handle, _off(out), logits.handle, _off(logits), k, 1, labels.handle, _off(labels),
-           grad.handle, _off(grad), int(reduction == "none"), max(rows, 1) if reduction == "mean" else 0])
+          [out.handle, _off(out), logits.handle, _off(logits), k, 1, labels.handle, _off(labels)]
+          + _ceg_args(grad, reduction, rows))
+
+
+def _ceg_args(grad, reduction: str, rows: int) -> list:
+    """The gradient arguments of a ``"ceg"``/``"nllceg"`` launch: the upstream gradient (one
+    value, or one per row for 'none'), its stride and the 'mean' divisor (0: none)."""
+    return [grad.handle, _off(grad), int(reduction == "none"), max(rows, 1) if reduction == "mean" else 0]
 
 
 # --- mean / var: the decompositions' kernels, called without dispatching each ----------------------
