@@ -244,3 +244,37 @@ def test_a_loss_and_its_gradient_share_one_row_launch(monkeypatch, reduction, ro
     assert kinds == ["nllceg"], seen
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b, strict=True)
+
+
+@pytest.mark.parametrize("kw", [{}, {"amsgrad": True, "weight_decay": 0.1}, {"weight_decay": 0.1, "decoupled": True}],
+                         ids=["plain", "amsgrad+L2", "AdamW"])
+def test_the_adam_updates_of_a_step_are_one_claim_with_eagers_bits(monkeypatch, kw):
+    """adam_update nodes of the same options are one claim: one launch of the step scalars, one
+    element-wise launch shared by the parameters up to MULTI_SHARED elements, one per larger one."""
+    from anydevice_opencl import kernels_optim
+
+    sizes = [(10,), (300,), (kernels_optim.MULTI_SHARED + 5,), (7, 3), (64, 80)]
+    attrs = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0, "decoupled": False,
+             "amsgrad": False, **kw}
+
+    def step(*flat):
+        out = []
+        for j in range(len(sizes)):
+            out += list(ad.adam_update(*flat[6 * j:6 * j + 6], **attrs))
+        return out
+
+    flat = []
+    for shape in sizes:
+        flat += [_t(shape), _t(shape), _t(shape), ad.abs(_t(shape)) + 0.2, ad.abs(_t(shape)) + 0.3,
+                 ad.asarray(np.float32(3.0), device="opencl")]
+    want = [t.numpy() for t in step(*flat)]
+    f = ad.jit.compile(step)
+    f(*flat)
+    calls = []
+    run = kernels_optim.Launcher.__call__
+    monkeypatch.setattr(kernels_optim.Launcher, "__call__", lambda self, *a: (calls.append(self.kernel.function_name), run(self, *a))[1])
+    got = [t.numpy() for t in f(*flat)]
+    assert sorted(calls) == sorted(["anydevice_adam_multi_scalars_5_float", "anydevice_adam_apply_float",
+                                    "anydevice_adam_apply_float", "anydevice_adam_multi_3_float"]), calls
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b, strict=True)

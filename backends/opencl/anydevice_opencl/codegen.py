@@ -670,25 +670,30 @@ def _softmax(name: str, kind: str, dt: str, local: int, lab_dt: str | None = Non
         params += f", __global const {S}* gr, long gr_o, long gs, long nd"
     if kind == "nllceg":
         params += f", __global {S}* gout, long gout_o"
+    # where the result is stored in the compute type, the sum's pass keeps each exp(x - m) in the
+    # result (the last pass reads it back: one exp per element, the same values)
+    dst, base = ("gout", "gout_o + r") if kind == "nllceg" else ("out", "o")
+    keep = kind in ("softmax", "ceg", "nllceg") and CTYPES[dt].storage == T
+    ex = f"{dst}[{base} + k * inner]" if keep else "exp(v - m)"
     if kind == "softmax":
-        last = f"  for (long k = l; k < K; k += {L}) {{ {T} v = {ld}; {store(dt, 'out', 'o + k * inner', 'exp(v - m) / tot', T)} }}\n"
+        last = f"  for (long k = l; k < K; k += {L}) {{ {T} v = {ld}; {store(dt, 'out', 'o + k * inner', f'{ex} / tot', T)} }}\n"
     elif kind == "log_softmax":
         last = f"  for (long k = l; k < K; k += {L}) {{ {T} v = {ld}; {store(dt, 'out', 'o + k * inner', '(v - m) - lse', T)} }}\n"
     else:
         nll = ("  if (l == 0) { long y = (long)lab[lab_o + g]; "
                f"{T} r = NAN; if (y >= 0 && y < K) {{ long k = y; {T} v = {ld}; r = -((v - m) - lse); }}\n"
                f"    {store(od, 'out', 'out_o + g', 'r', T)} }}\n")
-        dst, base = ("gout", "gout_o + r") if kind == "nllceg" else ("out", "o")
         ceg = (f"  long y = (long)lab[lab_o + g]; {T} sc = {load(dt, 'gr', 'gr_o + g * gs')};\n"
                f"  if (nd > 0) sc = sc / ({T})nd;\n"
-               f"  for (long k = l; k < K; k += {L}) {{ {T} v = {ld}; {T} p = exp(v - m) / tot; if (k == y) p = p - ({T})1;\n"
+               f"  for (long k = l; k < K; k += {L}) {{ {T} v = {ld}; {T} p = {ex} / tot; if (k == y) p = p - ({T})1;\n"
                f"    {store(dt, dst, f'{base} + k * inner', 'p * sc', T)} }}\n")
         last = {"nll": nll, "ceg": ceg, "nllceg": nll + ceg}[kind]
     loops = (f"  {T} m = -INFINITY;\n"
              f"  for (long k = l; k < K; k += {L}) {{ {T} v = {ld}; m = (m >= v || isnan(m)) ? m : v; }}\n"
              "@MAX@"
              f"  {T} acc = 0;\n"
-             f"  for (long k = l; k < K; k += {L}) acc += exp({ld} - m);\n"
+             + (f"  for (long k = l; k < K; k += {L}) {{ {T} e = exp({ld} - m); acc += e; {dst}[{base} + k * inner] = e; }}\n"
+                if keep else f"  for (long k = l; k < K; k += {L}) acc += exp({ld} - m);\n") +
              "@SUM@")
     if L == 1:  # a row per work-item, rows side by side in work-groups of any size
         body = loops.replace("@MAX@", "").replace("@SUM@", "") + f"  {T} tot = acc, lse = log(tot);\n"

@@ -25,6 +25,7 @@ from anydevice.runtime.fusion import chains, reduce_axes
 
 from . import codegen
 from . import kernels as _kernels
+from . import kernels_optim as _optim
 from .kernels import _bstrides, _cstrides
 from .runtime import BUILD_OPTIONS, Launcher
 
@@ -526,10 +527,73 @@ def _loss_and_gradients(graph, taken: set) -> list:
     return out
 
 
+class MultiAdam:
+    """The ``adam_update`` nodes of one graph with the same options and parameter dtype (a
+    training step's optimizer step) as two launches for all of them
+    (:func:`kernels_optim.adam_multi`) instead of one or two per parameter."""
+
+    def __init__(self, slots, outs, keep, attrs):
+        # slots[t]: positions of node t's six inputs in the claim's inputs; outs[t]: its five
+        # (shape, dtype); keep: (t, k) of the results the claim returns, in order
+        self.slots, self.outs, self.keep, self.attrs = slots, outs, keep, attrs
+        self.__name__ = f"adam_update x{len(slots)}"
+
+    def __call__(self, ctx, buffers):
+        res = [[ctx.empty(s, d) for s, d in outs] for outs in self.outs]
+        _optim.adam_multi(ctx, res, [[buffers[j] for j in sl] for sl in self.slots], **self.attrs)
+        return [res[t][k] for t, k in self.keep]
+
+
+def _ancestors(node, stop: set) -> set:
+    """Ids of the nodes ``node`` depends on, not looking past nodes in ``stop``."""
+    seen, todo = set(), [node]
+    while todo:
+        for v in todo.pop().input_values():
+            p = v.producer
+            if p is not None and p.id not in seen:
+                seen.add(p.id)
+                if p.id not in stop:
+                    todo.append(p)
+    return seen
+
+
+def _multi_adams(graph, taken: set, fp64: bool) -> list:
+    """``(node ids, MultiAdam)`` for each set of two or more ``adam_update`` nodes of one device,
+    parameter dtype and options, none depending on another."""
+    groups: dict = {}
+    for node in graph.nodes:
+        if node.op.name != "adam_update" or node.id in taken:
+            continue
+        p = node.inputs[0]
+        if p.dtype.name not in ("float32", "float64") or (p.dtype.name == "float64" and not fp64):
+            continue
+        key = (p.device, p.dtype.name, tuple(sorted(node.attrs.items())))
+        groups.setdefault(key, []).append(node)
+    out = []
+    for nodes in groups.values():
+        picked: list = []
+        for node in nodes:  # graph order: a later node is never an ancestor of an earlier one
+            ids = {n.id for n in picked}
+            if not ids & _ancestors(node, set()):
+                picked.append(node)
+        if len(picked) < 2:
+            continue
+        ids = [n.id for n in picked]
+        ins, outs = graph.boundary(ids)
+        pos = {v.id: j for j, v in enumerate(ins)}
+        where = {o.id: (t, k) for t, n in enumerate(picked) for k, o in enumerate(n.outputs)}
+        out.append((ids, MultiAdam([[pos[v.id] for v in n.inputs] for n in picked],
+                                   [[(tuple(o.shape), o.dtype) for o in n.outputs] for n in picked],
+                                   [where[o.id] for o in outs], dict(picked[0].attrs))))
+        taken.update(ids)
+    return out
+
+
 def compile_graph(device_type, runtime, graph, kernels):
     """The claims of one graph: its fusible chains, each a :class:`FusedKernel`, its
     transposed-operand matmuls (:class:`TransposedMatmul`, where the device runs the packed
-    matmul) and its loss-and-gradient pairs (:class:`LossAndGradient`); None if none. (A float64 value exists only on a device with cl_khr_fp64, so the
+    matmul), its loss-and-gradient pairs (:class:`LossAndGradient`) and its optimizer steps
+    (:class:`MultiAdam`); None if none. (A float64 value exists only on a device with cl_khr_fp64, so the
     graph's dtypes tell.)"""
     found = chains(graph, _accept(True), _accept_reduction(True), device_type=device_type, epilogue=True,
                    siblings=True)
@@ -539,4 +603,6 @@ def compile_graph(device_type, runtime, graph, kernels):
     taken = {i for ids, _ in claims for i in ids}
     if all(_kernels.takes_packed(runtime, i) for i in range(runtime.device_count())):
         claims += _transposed_matmuls(graph, taken)
-    return (claims + _loss_and_gradients(graph, taken)) or None
+    claims += _loss_and_gradients(graph, taken)
+    fp64 = all(runtime.has_fp64(i) for i in range(runtime.device_count()))
+    return (claims + _multi_adams(graph, taken, fp64)) or None

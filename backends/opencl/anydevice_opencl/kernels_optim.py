@@ -210,3 +210,103 @@ def register(kernels, runtime) -> None:
     for fn in (adam_update, sgd_update, rmsprop_update, adagrad_update):
         kernels.register(fn.__name__, fn, dtypes=list(_CTYPE), out=True)
 
+
+
+# --- Adam over several parameters (the graph compiler's claim) ----------------------------------
+_MULTI_OUT, _MULTI_IN = ("po", "mo", "vo", "xo"), ("p", "g", "m", "v", "x")
+#: parameters of at most this many elements share one element-wise launch in :func:`adam_multi`
+#: (selecting a parameter's pointers per work-group halves PoCL's throughput: larger ones keep
+#: their own launch)
+MULTI_SHARED = 4096
+
+
+def multi_source(kind: str, count: int, T: str, fp64: bool) -> str:
+    """``kind`` ``"scalars"``: one work-item computes the step count and the two scalars of each
+    of ``count`` parameters (``sc[2t]``, ``sc[2t + 1]``, as ``adam_scalars``); ``"apply"``: the
+    element-wise part (:data:`_ADAM`) of ``count`` parameters, the work-groups split between them
+    at ``G1..`` (group ranges: each parameter's pointers are selected once per work-group)."""
+    pre = program_source(T, fp64).split("__kernel", 1)[0]
+    if kind == "scalars":
+        sp = [f"__global float* so{t}, long so{t}_o, __global const float* st{t}, long st{t}_o" for t in range(count)]
+        return pre + (f"__kernel void anydevice_adam_multi_scalars_{count}_{T}(__global T* sc, long sc_o, {', '.join(sp)}, "
+                      f"S lr, S b1, S b2) {{\n  if (get_global_id(0) != 0) return;\n"
+                      + "".join(f"  {{ float tf = st{t}[st{t}_o] + 1.0f; so{t}[so{t}_o] = tf; S t = (S)tf;\n"
+                                f"    sc[sc_o + {2 * t}] = (T)(lr / bias(b1, t)); sc[sc_o + {2 * t + 1}] = (T)sqrt(bias(b2, t)); }}\n"
+                                for t in range(count)) + "}\n")
+    params = []
+    for t in range(count):
+        params += [f"__global T* {k}{t}, long {k}{t}_o" for k in _MULTI_OUT]
+        params += [f"__global const T* {k}{t}, long {k}{t}_o" for k in _MULTI_IN]
+        params += [f"long n{t}, long xn{t}"] + ([f"long G{t}"] if t else [])
+    params += ["__global const T* sc, long sc_o", "T eps, T wd, T c1, T c2, T decay, T e1, T e2, long decoupled, long amsgrad"]
+
+    def pick(fmt: str) -> str:  # parameter t's fmt.format(t=t), by the work-group's range
+        e = fmt.format(t=count - 1)
+        for t in range(count - 2, -1, -1):
+            e = f"(grp < G{t + 1} ? {fmt.format(t=t)} : {e})"
+        return e
+
+    sel = ["  long grp = get_group_id(0);"]
+    sel += [f"  __global T* {k} = {pick(k + '{t}')}; long {k}_o = {pick(k + '{t}_o')};" for k in _MULTI_OUT]
+    sel += [f"  __global const T* {k} = {pick(k + '{t}')}; long {k}_o = {pick(k + '{t}_o')};" for k in _MULTI_IN]
+    start = "0" if count == 1 else pick("G{t}").replace("G0", "0")
+    sel += [f"  long n = {pick('n{t}')}, x_n = {pick('xn{t}')}, tt = {pick('{t}')};",
+            f"  long i = get_global_id(0) - {start} * {LOCAL};",
+            "  T s1 = sc[sc_o + 2 * tt], r2 = sc[sc_o + 2 * tt + 1];"]
+    return pre + (f"__kernel void anydevice_adam_multi_{count}_{T}({', '.join(params)}) {{\n" + "\n".join(sel)
+                  + _ADAM + "\n}\n")
+
+
+_multi: dict = {}
+
+
+def _multi_launcher(ctx, kind: str, count: int, dt: str) -> Launcher:
+    rt = ctx.runtime
+    key = (id(rt), ctx.index, dt, kind, count)
+    got = _multi.get(key)
+    if got is None:
+        with _lock:
+            got = _multi.get(key)
+            if got is None:
+                T = _CTYPE[dt]
+                prg = rt.build(ctx.index, multi_source(kind, count, T, rt.has_fp64(ctx.index)), BUILD_OPTIONS)
+                name = f"anydevice_adam_multi_{'scalars_' if kind == 'scalars' else ''}{count}_{T}"
+                got = _multi[key] = Launcher(cl.Kernel(prg, name))
+    return got
+
+
+def adam_multi(ctx, outs: list, ins: list, *, lr, beta1, beta2, eps, weight_decay, decoupled, amsgrad) -> None:
+    """``adam_update`` of several parameters of one dtype and the same options: ``outs[t]`` the
+    five results of parameter ``t`` (param, exp_avg, exp_avg_sq, max_exp_avg_sq, step), ``ins[t]``
+    its six inputs. One launch computes every parameter's step count and scalars, one the
+    element-wise part of those up to :data:`MULTI_SHARED` elements, and each larger parameter
+    has its own ``adam_apply`` launch: the bits of one ``adam_update`` per parameter."""
+    p0 = ins[0][0]
+    dt = p0.dtype.name
+    size = [max(i[0].size, i[4].size) for i in ins]
+    order = sorted(range(len(ins)), key=lambda t: size[t] > MULTI_SHARED)  # shared ones first (stable)
+    shared = [t for t in order if size[t] <= MULTI_SHARED]
+    T = p0.dtype.numpy.type
+    S = np.float64 if ctx.runtime.has_fp64(ctx.index) else np.float32
+    q = ctx.runtime.queue(ctx.index, ctx.stream)
+    sc = ctx.empty((2 * len(ins),), p0.dtype)
+    args = _buf(sc)
+    for t in order:
+        args += _buf(outs[t][4]) + _buf(ins[t][5])
+    _multi_launcher(ctx, "scalars", len(ins), dt)(q, (1,), (1,), args + [S(lr), S(beta1), S(beta2)])
+    tail = [T(eps), T(weight_decay), T(1.0 - beta1), T(1.0 - beta2), T(1.0 - lr * weight_decay), T(beta1), T(beta2),
+            int(decoupled), int(amsgrad)]
+    sc_h, sc_o = _buf(sc)
+    for j, t in enumerate(order[len(shared):], start=len(shared)):  # a large parameter: adam_apply
+        a = [x for o in outs[t][:4] for x in _buf(o)] + [x for i in ins[t][:5] for x in _buf(i)]
+        a += [sc_h, sc_o + 2 * j, ins[t][0].size] + tail + [ins[t][4].size]
+        _launcher(ctx, "adam_apply", dt)(q, (-(-size[t] // LOCAL) * LOCAL,), (LOCAL,), a)
+    if not shared:
+        return
+    args, groups = [], 0
+    for j, t in enumerate(shared):
+        for x in list(outs[t][:4]) + list(ins[t][:5]):
+            args += _buf(x)
+        args += [ins[t][0].size, ins[t][4].size] + ([groups] if j else [])
+        groups += -(-max(size[t], 1) // LOCAL)
+    _multi_launcher(ctx, "apply", len(shared), dt)(q, (groups * LOCAL,), (LOCAL,), args + [sc_h, sc_o] + tail)
