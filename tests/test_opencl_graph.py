@@ -278,3 +278,28 @@ def test_the_adam_updates_of_a_step_are_one_claim_with_eagers_bits(monkeypatch, 
                                     "anydevice_adam_apply_float", "anydevice_adam_multi_3_float"]), calls
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b, strict=True)
+
+
+@pytest.mark.parametrize("m,k,n", [(256, 64, 256), (9, 70, 45), (3, 4, 5)], ids=str)
+def test_relu_of_a_linear_is_stored_by_the_matmul_with_eagers_bits(monkeypatch, m, k, n):
+    """relu(linear(x, w, b)) is one claim: the packed matmul stores the linear result and its relu
+    (NaN kept, as eager's relu); work too small to specialize runs eager's kernels in order."""
+    from opencl_support import spy_launches
+
+    def fn(x, w, b):
+        y = ad.linear(x, w, b)
+        return ad.relu(y), y * 2.0
+
+    xs = RNG.standard_normal((m, k)).astype(np.float32)
+    xs[0, 0] = np.nan
+    x, w, b = ad.asarray(xs, device="opencl"), _t((n, k)), _t((n,))
+    want = [t.numpy() for t in fn(x, w, b)]
+    f = ad.jit.compile(fn)
+    f(x, w, b)
+    seen = spy_launches(monkeypatch)
+    got = [t.numpy() for t in f(x, w, b)]
+    if m * n * k >= 4096:
+        assert ("mm", "float32", "packedbr") in seen and not any(s[:2] == ("ew", "relu") for s in seen), seen
+    assert np.isnan(got[0][0]).any()
+    for a, e in zip(got, want):
+        np.testing.assert_array_equal(a, e, strict=True)

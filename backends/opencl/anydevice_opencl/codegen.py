@@ -591,7 +591,7 @@ def _matmul_pack_t(name: str, dt: str) -> str:
             f"  for (long j = 0; j < {W}; j++) d[j] = c0 + j < N ? s[j * K] : ({T})0;\n}}\n")
 
 
-def _matmul_packed(name: str, dt: str, bias: bool = False, ta: bool = False) -> str:
+def _matmul_packed(name: str, dt: str, bias: bool = False, ta: bool = False, relu: bool = False) -> str:
     """``c[z] = a[z] @ b[z]`` from B packed by :func:`_matmul_pack` (panel stride ``ps = K*W``, row
     stride ``ks = W``) or read in place when N is a multiple of W (``ps = W``, ``ks = N``).
 
@@ -604,7 +604,9 @@ def _matmul_packed(name: str, dt: str, bias: bool = False, ta: bool = False) -> 
     ``bias`` (``"packedb"``, linear): each result then adds ``bias[(c0 + j) * bs]`` (``bs`` 0: one
     value for all), as a separate add would round it; extra arguments bias, bias_o, bs.
     ``ta`` (``"packedta"``): A is given transposed (K×M, ``A[r, k] = a[k * M + r]``: the graph
-    compiler's ``matmul(matrix_transpose(x), y)``), so no transposing copy is made."""
+    compiler's ``matmul(matrix_transpose(x), y)``), so no transposing copy is made. ``relu``
+    (``"packedbr"``, with ``bias``: the graph compiler's ``relu(linear(...))``): each result is also
+    stored through relu (:data:`EXPR`'s, NaN kept) into ``r`` (extra arguments r, r_o)."""
     T, R, V, W = CTYPES[dt].storage, range(MM_ROWS), range(MM_COLS // 16), MM_COLS
     rows = "\n".join(f"  __global const {T}* a{i} = a + ab + min(r0 + {i}, M - 1){'' if ta else ' * K'};" for i in R)
     at = "k * M" if ta else "k"
@@ -612,16 +614,23 @@ def _matmul_packed(name: str, dt: str, bias: bool = False, ta: bool = False) -> 
     body = ("    " + " ".join(f"{T}16 b{j} = vload16(0, bk + {16 * j});" for j in V) + "\n"
             + "\n".join(f"    {{ {T}16 av = ({T}16)(a{i}[{at}]); "
                          + " ".join(f"c{i}_{j} = fma(av, b{j}, c{i}_{j});" for j in V) + " }" for i in R))
-    full = "\n".join(f"    if (r0 + {i} < M) {{ " + " ".join(f"vstore16(c{i}_{j}{' + v' + str(j) if bias else ''}, 0, cr + {i} * N + {16 * j});"
-                                                         for j in V)
-                      + " }" for i in R)
+    def st16(i, j):  # the stores of result vector (i, j)
+        y = f"c{i}_{j}{' + v' + str(j) if bias else ''}"
+        if not relu:
+            return f"vstore16({y}, 0, cr + {i} * N + {16 * j});"
+        return (f"{{ {T}16 y = {y}; vstore16(y, 0, cr + {i} * N + {16 * j}); "
+                f"vstore16(select(({T}16)0, y, (y >= 0) | isnan(y)), 0, rr + {i} * N + {16 * j}); }}")
+    one = (f"{{ {T} y = t[j] + bv[(c0 + j) * bs]; cr[@I@ * N + j] = y; rr[@I@ * N + j] = (y >= 0 || isnan(y)) ? y : ({T})0; }}"
+           if relu else f"cr[@I@ * N + j] = t[j]{' + bv[(c0 + j) * bs]' if bias else ''};")
+    full = "\n".join(f"    if (r0 + {i} < M) {{ " + " ".join(st16(i, j) for j in V) + " }" for i in R)
     part = "\n".join(f"    if (r0 + {i} < M) {{ " + " ".join(f"vstore16(c{i}_{j}, 0, t + {16 * j});" for j in V)
-                      + f" for (long j = 0; j < N - c0; j++) cr[{i} * N + j] = t[j]{' + bv[(c0 + j) * bs]' if bias else ''}; }}"
+                      + f" for (long j = 0; j < N - c0; j++) {one.replace('@I@', str(i))} }}"
                       for i in R)
     if bias:
         full = ("    " + " ".join(f"{T}16 v{j} = bs ? vload16(0, bv + c0 + {16 * j}) : ({T}16)(bv[0]);" for j in V)
                 + "\n" + full)
     extra = f", __global const {T}* bias, long bias_o, long bs" if bias else ""
+    extra += f", __global {T}* r, long r_o" if relu else ""
     head = f"  __global const {T}* bv = bias + bias_o;\n" if bias else ""
     return (f"__kernel void {name}(__global {T}* c, long c_o, __global const {T}* a, long a_o,\n"
             f"       __global const {T}* bp, long bp_o, long M, long N, long K, long sa, long sb, long ps, long ks{extra}) {{\n"
@@ -633,6 +642,7 @@ def _matmul_packed(name: str, dt: str, bias: bool = False, ta: bool = False) -> 
             f"{rows}\n{acc}\n"
             f"  for (long k = 0; k < K; k++) {{\n    __global const {T}* bk = bpan + k * ks;\n{body}\n  }}\n"
             f"  __global {T}* cr = c + c_o + z * M * N + r0 * N + c0;\n"
+            + (f"  __global {T}* rr = r + r_o + z * M * N + r0 * N + c0;\n" if relu else "") +
             f"  if (c0 + {W} <= N) {{\n{full}\n  }} else {{\n    {T} t[{W}];\n{part}\n  }}\n}}\n")
 
 # --- softmax / log_softmax ---------------------------------------------------------------------
@@ -895,8 +905,9 @@ def kernel_source(spec: tuple) -> str:
     if kind == "vred":
         return _vreduction(n, *spec[1:])
     if kind == "mm":
-        if spec[2] in ("packedb", "packedta"):
-            return _matmul_packed(n, spec[1], bias=spec[2] == "packedb", ta=spec[2] == "packedta")
+        if spec[2] in ("packedb", "packedta", "packedbr"):
+            return _matmul_packed(n, spec[1], bias=spec[2] != "packedta", ta=spec[2] == "packedta",
+                                  relu=spec[2] == "packedbr")
         return {"simple": _matmul_simple, "tiled": _matmul, "pack": _matmul_pack, "packt": _matmul_pack_t,
                 "packed": _matmul_packed}[spec[2]](n, spec[1])
     if kind == "take":
@@ -979,7 +990,7 @@ def family(dt: str, fp64: bool) -> frozenset:
         specs.append(("mm", dt, "tiled"))
     if dt == "float32":  # (float64 stays tiled: double8/16 trip PoCL's x86 ABI handling without AVX-512)
         specs += [("mm", dt, "pack"), ("mm", dt, "packed"), ("mm", dt, "packt"), ("mm", dt, "packedb"),
-                  ("mm", dt, "packedta")]
+                  ("mm", dt, "packedta"), ("mm", dt, "packedbr")]
     return frozenset(specs + _take_arange(dt, fp64))
 
 

@@ -484,6 +484,43 @@ def _transposed_matmuls(graph, taken: set) -> list:
     return out
 
 
+class LinearRelu:
+    """``relu(linear(x, w, b))`` of float32 values as the packed matmul storing both the linear
+    result (for relu's backward) and its relu (:func:`kernels.linear` with ``relu_out``)."""
+
+    def __init__(self, slots, outs, keep):
+        self.slots, self.outs, self.keep = slots, outs, keep  # keep: which of (linear, relu) leave
+        self.__name__ = "linear_relu"
+
+    def __call__(self, ctx, buffers):
+        y, r = (ctx.empty(s, d) for s, d in self.outs)
+        _kernels.linear(ctx, y, *(buffers[i] for i in self.slots), relu_out=r)
+        return [v for v, k in zip((y, r), self.keep) if k]
+
+
+def _linear_relus(graph, taken: set) -> list:
+    """``(node ids, LinearRelu)`` for each float32 linear a relu reads."""
+    out = []
+    for node in graph.nodes:
+        if node.op.name != "linear" or node.id in taken or len(node.inputs) != 3:
+            continue
+        y = node.outputs[0]
+        if any(not hasattr(v, "dtype") or v.dtype.name != "float32" for v in (*node.inputs, y)):
+            continue
+        relu = next((u for u in graph.users(y) if u.op.name == "relu" and u.id not in taken), None)
+        if relu is None or relu.outputs[0].dtype.name != "float32":
+            continue
+        ids = [node.id, relu.id]
+        ins, outs = graph.boundary(ids)
+        pos = {v.id: j for j, v in enumerate(ins)}
+        leaving = {o.id for o in outs}
+        out.append((ids, LinearRelu([pos[v.id] for v in node.inputs],
+                                    [(tuple(v.shape), v.dtype) for v in (y, relu.outputs[0])],
+                                    (y.id in leaving, relu.outputs[0].id in leaving))))
+        taken.update(ids)
+    return out
+
+
 class LossAndGradient:
     """``cross_entropy(x, y)`` and ``cross_entropy_grad(x, y, g)`` of the same logits and labels
     (a training step's loss and the start of its backward pass) as one row launch: one max and
@@ -592,8 +629,8 @@ def _multi_adams(graph, taken: set, fp64: bool) -> list:
 def compile_graph(device_type, runtime, graph, kernels):
     """The claims of one graph: its fusible chains, each a :class:`FusedKernel`, its
     transposed-operand matmuls (:class:`TransposedMatmul`, where the device runs the packed
-    matmul), its loss-and-gradient pairs (:class:`LossAndGradient`) and its optimizer steps
-    (:class:`MultiAdam`); None if none. (A float64 value exists only on a device with cl_khr_fp64, so the
+    matmul), its linear-relu pairs (:class:`LinearRelu`), its loss-and-gradient pairs
+    (:class:`LossAndGradient`) and its optimizer steps (:class:`MultiAdam`); None if none. (A float64 value exists only on a device with cl_khr_fp64, so the
     graph's dtypes tell.)"""
     found = chains(graph, _accept(True), _accept_reduction(True), device_type=device_type, epilogue=True,
                    siblings=True)
@@ -602,7 +639,7 @@ def compile_graph(device_type, runtime, graph, kernels):
     claims = [(p.chain.ids, FusedKernel(p, built)) for p in programs]
     taken = {i for ids, _ in claims for i in ids}
     if all(_kernels.takes_packed(runtime, i) for i in range(runtime.device_count())):
-        claims += _transposed_matmuls(graph, taken)
+        claims += _transposed_matmuls(graph, taken) + _linear_relus(graph, taken)
     claims += _loss_and_gradients(graph, taken)
     fp64 = all(runtime.has_fp64(i) for i in range(runtime.device_count()))
     return (claims + _multi_adams(graph, taken, fp64)) or None

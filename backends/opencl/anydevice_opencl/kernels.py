@@ -703,11 +703,13 @@ def matmul(ctx, out, a, b) -> None:
     _launch(ctx, ("mm", dt, "tiled"), gsize, (16, 16, 1), args)
 
 
-def linear(ctx, out, x, w, b):
+def linear(ctx, out, x, w, b, relu_out=None):
     """``x @ w.T + b``. float32 work worth specializing: W packed straight from its transpose
     (:func:`codegen._matmul_pack_t`), then the packed matmul adding the bias as it stores (two
     launches); otherwise the decomposition's kernels (transposing copy, matmul, broadcast add).
-    float32 and float64 only: 16-bit floats decompose in float32 and round once."""
+    float32 and float64 only: 16-bit floats decompose in float32 and round once. ``relu_out``
+    (the graph compiler's ``relu(linear(...))``): also ``relu`` of the result, stored by the
+    packed matmul as it stores the result (else by the relu kernel after it)."""
     if out.size == 0:
         return
     n, k = w.shape
@@ -721,9 +723,10 @@ def linear(ctx, out, x, w, b):
                 [bp.handle, _off(bp), w.handle, _off(w), n, k])
         blocks = -(-m // codegen.MM_ROWS)
         grid = (-(-blocks // g) * panels * g, 1, 1)
-        _launch(ctx, ("mm", "float32", "packedb"), grid, (g, 1, 1),
+        tail = [] if relu_out is None else [relu_out.handle, _off(relu_out)]
+        _launch(ctx, ("mm", "float32", "packedb" if relu_out is None else "packedbr"), grid, (g, 1, 1),
                 [out.handle, _off(out), x.handle, _off(x), bp.handle, _off(bp), m, n, k, 0, 0, k * codegen.MM_COLS,
-                 codegen.MM_COLS, b.handle, _off(b), len(b.shape)])
+                 codegen.MM_COLS, b.handle, _off(b), len(b.shape)] + tail)
         return
     wt = ctx.empty((k, n), w.dtype)
     permute_dims(ctx, wt, w, (1, 0))
@@ -731,6 +734,8 @@ def linear(ctx, out, x, w, b):
     matmul(ctx, mm, x, wt)
     shape = tuple(out.shape)
     elementwise(ctx, "add", View.of(out), [View.of(mm, shape), View.of(b, shape)], shape)
+    if relu_out is not None:
+        elementwise(ctx, "relu", View.of(relu_out), [View.of(out)], shape)
 
 
 # --- movement ----------------------------------------------------------------------------------
