@@ -119,7 +119,20 @@ def store(dt: str, ptr: str, idx: str, v: str, vt: str = "float") -> str:
         return f"{ptr}[{idx}] = f2bf((float)({v}));"
     if dt == "bool":
         return f"{ptr}[{idx}] = (uchar)(({v}) != 0);"
-    return f"{ptr}[{idx}] = ({CTYPES[dt].storage})({v});"
+    return f"{ptr}[{idx}] = {to_storage(dt, v)};"
+
+
+def to_storage(dt: str, v: str) -> str:
+    """``v`` converted to the storage type of real dtype ``dt`` (not bool or a 16-bit float). An
+    unsigned target converts through ``long``, so a negative float wraps as numpy's conversion
+    does on the cpu (C leaves that case undefined: PoCL saturated); uint64 converts directly from
+    values not below 0 (above ``long``'s range)."""
+    T = CTYPES[dt].storage
+    if dt == "uint64":
+        return f"(({v}) < 0 ? (ulong)(long)({v}) : (ulong)({v}))"
+    if dt in ("uint8", "uint16", "uint32"):
+        return f"({T})(long)({v})"
+    return f"({T})({v})"
 
 
 # --- element-wise maths: one C expression per (op, kind); x0, x1, x2 are the inputs -----------

@@ -149,7 +149,7 @@ inline C csin_C(C z) {  /* NaN + inf j for an infinite b and a non-finite a (the
 inline C ccos_C(C z) { return ccosh_C((C)(-z.y, z.x)); }
 inline C cpow_C(C x, C y) {
   if (y.x == 0 && y.y == 0) return (C)(1, 0);
-  if (x.x == 0 && x.y == 0) return (y.x > 0 && y.y == 0) ? (C)(0, 0) : (C)(NAN, NAN);
+  if (x.x == 0 && x.y == 0) return y.x > 0 ? (C)(0, 0) : (C)(NAN, NAN);  /* numpy: 0 for a positive real part */
   if (y.y == 0 && y.x == rint(y.x) && fabs(y.x) < 100) {
     int n = (int)fabs(y.x), first = 1;
     C r = (C)(1, 0), p = x;

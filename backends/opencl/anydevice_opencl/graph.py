@@ -120,7 +120,9 @@ def _convert(dt: str, e: str) -> str:
     """``e`` converted to dtype ``dt`` as an eager kernel's store would (see :func:`codegen.store`)."""
     if dt == "bool":
         return f"(uchar)(({e}) != 0)"
-    return f"({codegen.CTYPES[dt].storage})({e})"
+    if dt in ("float16", "bfloat16") or codegen.CTYPES[dt].kind == "c":
+        return f"({codegen.CTYPES[dt].storage})({e})"
+    return codegen.to_storage(dt, e)
 
 
 def _index(coords, strides, arg) -> str:

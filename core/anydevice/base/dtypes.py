@@ -195,11 +195,18 @@ def result_type(*arrays_and_dtypes) -> DType:
             raise TypeError(f"result_type(): {e}") from None
     for v in scalars:
         if type(v) is complex and out.kind == "float":
-            out = complex128 if out is float64 else complex64
+            out = complex_of(out)
         elif not scalar_dtype_ok(v, out):
             raise TypeError(f"result_type(): a Python {type(v).__name__} cannot combine with {out.name} "
                             f"(Array API rules: {_SCALAR_KINDS[type(v)]})")
     return out
+
+
+def complex_of(d: DType) -> DType:
+    """The complex dtype a Python complex scalar gives with real floating dtype ``d`` (the Array
+    API's rule, 2024.12: the same precision; float16 and bfloat16, outside the standard, give
+    complex64 as numpy does)."""
+    return complex128 if d is float64 else complex64
 
 
 _SCALAR_KINDS = {bool: "a bool combines only with bool", int: "an int combines with integer and floating dtypes",

@@ -787,6 +787,9 @@ def _input_dtypes(op, flat, tensors):
     out = []
     for name, x in zip(op.inputs, flat):
         if not isinstance(x, Tensor):
+            if type(x) is complex and ref.kind == "float":  # the complex dtype of that precision
+                out.append(_dt.complex_of(ref))
+                continue
             if not _dt.scalar_dtype_ok(x, ref):
                 raise TypeError(
                     f"{op.name}(): a Python {type(x).__name__} cannot be combined with a {ref.name} tensor "

@@ -259,15 +259,19 @@ def _scan_shape(shapes, attrs):
 
 
 def _scan(step, identity):
-    """Hillis-Steele scan: log2(n) rounds of ``y = step(y, y shifted by s)`` (identity shifted in)."""
+    """Hillis-Steele scan: log2(n) rounds of ``y = step(y, y shifted by s)`` (identity shifted in).
+    A bool accumulator (``dtype=bool``) combines as numpy's bool sum and product do: or, and."""
     def dec(xp, x, axis, include_initial, dtype=None):
         y, n, s = x, x.shape[axis], 1
+        op, ident = step(xp), identity
+        if y.dtype == _dt.bool_:
+            op, ident = (xp.logical_or, False) if identity == 0 else (xp.logical_and, True)
         while s < n:
-            head = xp.full(_key_shape(y.shape, axis, s), identity, dtype=y.dtype, device=y.device)
-            y = step(xp)(y, xp.concat([head, _slice(xp, y, axis, 0, n - s)], axis=axis))
+            head = xp.full(_key_shape(y.shape, axis, s), ident, dtype=y.dtype, device=y.device)
+            y = op(y, xp.concat([head, _slice(xp, y, axis, 0, n - s)], axis=axis))
             s *= 2
         if include_initial:
-            y = xp.concat([xp.full(_key_shape(y.shape, axis, 1), identity, dtype=y.dtype, device=y.device), y], axis=axis)
+            y = xp.concat([xp.full(_key_shape(y.shape, axis, 1), ident, dtype=y.dtype, device=y.device), y], axis=axis)
         return y
 
     return dec
@@ -320,6 +324,8 @@ def _scan_samples(name):
                Sample([values(rng, d, (2, 0), dom)], {"axis": 1}, "empty axis")]
         if d.kind in ("int", "bool"):
             out.append(Sample([values(rng, d, (6,), dom)], {"dtype": _dt.int32}, "dtype=int32"))
+        if d.kind == "bool" and name == "cumulative_sum":
+            out.append(Sample([values(rng, d, (2, 7))], {"axis": 1, "dtype": _dt.bool_}, "dtype=bool (a running or)"))
         if d.kind == "float":
             out.append(Sample([np.asarray([1.0, np.nan, 2.0, np.inf, -np.inf]).astype(d.numpy)], {}, "NaN, ±inf"))
         if d in (_dt.float32, _dt.float64):
@@ -505,9 +511,18 @@ def _argwhere_samples(d, rng):
     return out
 
 
+def _padded(keep, size):
+    """Flat positions of ``keep``'s True elements, then (a ``size`` beyond their count) of its
+    False ones, in order: the first ``size`` of a stable sort of ~keep."""
+    return np.argsort(~np.asarray(keep, bool).reshape(-1), kind="stable")[:size]
+
+
 def _argwhere_ref(x, size=None):
-    r = np.argwhere(x).astype(np.int64)
-    return r if size is None else r[:size]
+    x = np.asarray(x)
+    if size is None:
+        return np.argwhere(x).astype(np.int64)
+    pos = _padded(x != 0, size)
+    return np.stack(np.unravel_index(pos, x.shape), axis=1).astype(np.int64).reshape(-1, x.ndim)
 
 
 define("argwhere", inputs=("x",), attrs={"size": _SIZE}, positional=0, dtype_rule=_rule("all", _I64),
@@ -517,7 +532,8 @@ define("argwhere", inputs=("x",), attrs={"size": _SIZE}, positional=0, dtype_rul
        errors=[([np.float32(1.0)], {}, ValueError, "0-d input"), ([np.ones(3, np.float32)], {"size": 4}, ValueError,
                                                                  "size 4 of 3 elements")],
        doc="argwhere(x, /, *, size=None): (n, x.ndim) int64 indices of the non-zero elements, row-major "
-           "(anydevice.nonzero splits them per dimension); size=None counts them on the device (one read-back)")
+           "(anydevice.nonzero splits them per dimension); size=None counts them on the device (one read-back); a "
+           "given size keeps the first size, continuing with the zero elements' indices in order beyond the count")
 
 
 # unique: sort the flattened x (stable), mark where a run of equal values starts (NaN != NaN: every
@@ -672,8 +688,10 @@ def _vjp_getitem_mask(xp, g, i, o, size):
 
 
 def _getmask_ref(x, mask, size=None):
-    r = np.asarray(x)[np.asarray(mask, bool)]
-    return r if size is None else r[:size]
+    x, mask = np.asarray(x), np.asarray(mask, bool)
+    if size is None:
+        return x[mask]
+    return x.reshape((mask.size,) + x.shape[mask.ndim:])[_padded(mask, size)]
 
 
 def _mask_samples(d, rng):
@@ -699,7 +717,8 @@ define("getitem_mask", inputs=("x", "mask"), attrs={"size": _SIZE}, positional=0
        errors=[([np.ones((2, 3), np.float32), np.ones((3, 2), bool)], {}, IndexError, "mask (3, 2) for (2, 3)"),
                ([np.ones((2, 3), np.float32), np.ones((2, 3), np.int32)], {}, TypeError, "an int32 mask")],
        doc="getitem_mask(x, mask, /, *, size=None): x[mask] for a bool mask over x's leading dimensions "
-           "(Tensor.__getitem__ uses it); size=None counts the kept elements on the device (one read-back)")
+           "(Tensor.__getitem__ uses it); size=None counts the kept elements on the device (one read-back); a given "
+           "size keeps the first size, continuing with the unselected elements in order beyond the count")
 
 
 def _setmask_rule(ds, attrs):
@@ -841,6 +860,25 @@ def _repeat_size(xp, inputs, attrs):
     return {"size": xp.where(xp.less(xp.min(r), 0), -1, xp.sum(r))}  # -1: a negative count (the canon says so)
 
 
+def _repeat_check(xp, inputs, attrs):
+    """With a given ``size``: a negative count is a ValueError and a size beyond the repeated
+    elements an IndexError on every backend (one verdict computed on the device, read back)."""
+    size = attrs["size"]
+    if size is None:  # the size is the sum, computed and checked by _repeat_size and the canon
+        return
+    r = _repeat_counts(xp, *inputs, attrs["axis"])
+    if r.shape[0] == 0:
+        total = 0
+    else:
+        if bool(xp.logical_and(xp.greater_equal(xp.min(r), 0), xp.greater_equal(xp.sum(r), size))):
+            return
+        if int(xp.min(r)) < 0:
+            raise ValueError("repeat_tensor(): repeats must be non-negative (a negative count was found)")
+        total = int(xp.sum(r))
+    if size > total:
+        raise IndexError(f"repeat_tensor(): size {size} is more than the {total} repeated elements")
+
+
 def _repeat(xp, x, repeats, axis, size):
     if axis is None:
         x, axis = xp.reshape(x, (-1,)), 0
@@ -851,7 +889,8 @@ def _repeat(xp, x, repeats, axis, size):
 
 def _repeat_ref(x, repeats, axis=None, size=None):
     r = np.asarray(repeats).reshape(-1).astype(np.int64)  # numpy refuses uint64 counts (no safe cast to intp)
-    return np.repeat(np.asarray(x), r if r.size != 1 else int(r[0]), axis=axis)
+    out = np.repeat(np.asarray(x), r if r.size != 1 else int(r[0]), axis=axis)
+    return out if size is None else np.take(out, np.arange(size), axis=0 if axis is None else axis)  # the first size
 
 
 def _repeat_samples(d, rng):
@@ -870,11 +909,14 @@ def _repeat_samples(d, rng):
 
 
 define("repeat_tensor", inputs=("x", "repeats"), attrs={"axis": Optional(Axis()), "size": Optional(Int(0))},
-       positional=1, dtype_rule=with_indices("repeat_tensor", "repeats", "all"), canon=_repeat_canon,
+       positional=1, dtype_rule=with_indices("repeat_tensor", "repeats", "all"), canon=_repeat_canon, check=_repeat_check,
        shape_rule=_repeat_shape, reference=_repeat_ref, decomposition=_repeat, data_shape=_repeat_size,
        category="searching", samples=_repeat_samples,
        errors=[([np.ones(3, np.float32), np.asarray([1, -1, 2])], {}, ValueError, "a negative count"),
+               ([np.ones(3, np.float32), np.asarray([3, -1, 2])], {"size": 2}, ValueError, "a negative count"),
+               ([np.ones(3, np.float32), np.asarray([1, 1, 2])], {"size": 5}, IndexError, "size 5 is more than the 4"),
                ([np.ones(3, np.float32), np.asarray([1, 2])], {}, ValueError, "2 counts for 3 elements"),
                ([np.ones(3, np.float32), np.asarray([1.0, 2.0, 1.0], np.float32)], {}, TypeError, "float repeats")],
        doc="repeat_tensor(x, repeats, axis=None, /, *, size=None): each element repeated repeats[i] times (the "
-           "Tensor case of repeat); size=None sums repeats on the device (one read-back)")
+           "Tensor case of repeat); size=None sums repeats on the device (one read-back); a given size keeps the "
+           "first size results (more than the sum is an IndexError)")
