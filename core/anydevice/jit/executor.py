@@ -168,9 +168,7 @@ class Executable:
     (:func:`anydevice.jit.partition.build` makes one); ``run(buffers)`` replays it.
 
     ``buffers``: one per ``graph.inputs`` (constants included). Returns one buffer per
-    ``graph.results()``: the outputs, then the write-back values, then the flag values (a flag the
-    graph computes comes as a :class:`~anydevice.runtime.devices.PendingRead`, its read started
-    right after the step that made it: checking it waits for that point of the graph only).
+    ``graph.results()``: the outputs, then the write-back values, then the flag values.
     ``backend``: ``"auto"``/``"planned"`` (native kernels called directly), ``"eager"`` (every node
     through the dispatcher).
     """
@@ -265,29 +263,17 @@ class Executable:
             if v.const is None:
                 lines.append(f"    v{v.id} = args[{j}]")
         ctxs: dict = {}
-        flags = {v.id for v, *_ in g.flags}
-        early: dict = {}  # flag value id -> the name of its pending read
         for k, s in enumerate(self.steps):
             dev = s[2]
             cx = ctxs.setdefault(dev, f"ctx{len(ctxs)}")
             ns[cx] = dev._ctx
             lines += self._emit(k, s, cx)
-            made = s[1].outputs  # a claim's or a node's
-            for o in made:  # a value-check flag: its read starts now, while the rest of the graph runs
-                if o.id in flags and o.id not in early:
-                    be = o.device._backend
-                    ns[f"r{o.id}"] = (lambda b, be=be, i=o.device.index, sh=tuple(o.shape), dt=o.dtype:
-                                      be.read_soon(b, i, sh, dt))
-                    early[o.id] = f"p{o.id}"
-                    lines.append(f"    p{o.id} = r{o.id}(v{o.id})")
             dead = [f"v{v.id}" for v in dict.fromkeys(self._reads(s)) if last.get(v.id) == k and v.id not in live
                     and v.const is None]
             if dead:
                 lines.append("    del " + ", ".join(dead))
         outs = g.results()
-        nf = len(g.flags)
-        names = [self._name(v) for v in outs[:len(outs) - nf]] + [early.get(v.id) or self._name(v) for v in outs[len(outs) - nf:]]
-        lines.append("    return [" + ", ".join(names) + "]")
+        lines.append("    return [" + ", ".join(self._name(v) for v in outs) + "]")
         src = "\n".join(lines) + "\n"
         exec(compile(src, f"<anydevice.jit replay of {len(g.nodes)} nodes>", "exec"), ns)  # noqa: S102
         return src, ns["replay"]

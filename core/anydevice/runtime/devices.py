@@ -184,25 +184,6 @@ class Backend:
             self.runtime.copy_d2h(self.phys(index), out, buf.handle, buf.byte_offset)
         return out
 
-    def read_soon(self, buf, index: int, shape: tuple, dtype) -> PendingRead:
-        """Start reading ``buf`` into host memory: where the runtime has ``copy_d2h_async`` and
-        events, the copy is queued now on the current stream, so :meth:`PendingRead.result` waits
-        for it and the work queued before it, not for what is queued after (a compiled graph's
-        value-check flag, read while the rest of the graph runs); otherwise ``result`` reads
-        synchronously then."""
-        rt, phys = self.runtime, self.phys(index)
-        if (self.own_storage or not all(self.has(m) for m in ("copy_d2h_async", "create_event", "record_event",
-                                                              "synchronize_event"))):
-            return PendingRead(lambda: self.to_host(buf, index, shape, dtype))
-        out = np.empty(shape, dtype=dtype.numpy)
-        if not out.nbytes:
-            return PendingRead(lambda: out)
-        stream = self.contexts[index].stream
-        rt.copy_d2h_async(phys, out, buf.handle, buf.byte_offset, stream)
-        ev = rt.create_event(phys)
-        rt.record_event(phys, ev, stream)
-        return PendingRead(lambda: (rt.synchronize_event(phys, ev), out)[1])
-
     def fill(self, index: int, shape: tuple, dtype, value):
         """A new buffer filled with ``value`` (memset for zero bytes, else host fill + copy)."""
         if not self.own_storage and self.has("memset") and value == 0:
@@ -684,18 +665,3 @@ def _reset_cache() -> None:
     _default_device.clear()
     _local.devices = None
     _registry.forget_devices()
-
-
-class PendingRead:
-    """A device-to-host read started by :meth:`Backend.read_soon`; :meth:`result` gives the array
-    (waiting for the copy the first time)."""
-
-    __slots__ = ("_wait", "_value")
-
-    def __init__(self, wait):
-        self._wait, self._value = wait, None
-
-    def result(self) -> np.ndarray:
-        if self._wait is not None:
-            self._value, self._wait = self._wait(), None
-        return self._value
