@@ -303,3 +303,35 @@ def test_relu_of_a_linear_is_stored_by_the_matmul_with_eagers_bits(monkeypatch, 
     assert np.isnan(got[0][0]).any()
     for a, e in zip(got, want):
         np.testing.assert_array_equal(a, e, strict=True)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_the_label_check_joins_the_loss_and_gradient_claim(monkeypatch, reduction):
+    """cross_entropy's label check (index_in_range(labels, low=0, high=classes), a flag of the
+    graph) is part of the loss-and-gradient claim: for 'mean' its flag comes from the loss's total
+    launch (no fill and no launch of its own); a label out of range still raises eager's error."""
+    from opencl_support import spy_launches
+
+    def fn(x, y, g):
+        return ad.cross_entropy(x, y, reduction=reduction), ad.cross_entropy_grad(x, y, g, reduction=reduction)
+
+    x = _t((256, 10))
+    g = _t((256,) if reduction == "none" else ())
+    y = ad.asarray(RNG.integers(0, 10, 256), device="opencl")
+    want = [t.numpy() for t in fn(x, y, g)]
+    f = ad.jit.compile(fn)
+    f(x, y, g)
+    run = partition.build(f.last_graph)
+    assert run.stats["claimed_nodes"] == 3, run.explain()
+    seen = spy_launches(monkeypatch)
+    got = [t.numpy() for t in f(x, y, g)]
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b, strict=True)
+    if reduction == "mean":
+        assert ("inrange", "int64") not in seen and [s[:2] for s in seen if s[0] == "smx"] == [("smx", "nllceg")], seen
+    bad = ad.asarray(np.r_[RNG.integers(0, 10, 255), 10], device="opencl")
+    with pytest.raises(IndexError) as eager:
+        fn(x, bad, g)
+    with pytest.raises(IndexError) as compiled:
+        f(x, bad, g)
+    assert str(compiled.value) == str(eager.value) and "label 10" in str(eager.value)

@@ -761,18 +761,30 @@ def _softmax_grad(name: str, kind: str, dt: str, local: int) -> str:
             f"  {T} tot = sh[0];\n" + last)
 
 
-def _ce_total(name: str, in_dt: str, out_dt: str, local: int) -> str:
-    """``("cetot", in, out, L)``: one work-group of ``L`` sums the ``n`` per-row losses and
-    stores the sum, or the sum divided by ``n`` when ``mean``. Arguments: out, out_o, x, x_o, n, mean."""
+def _ce_total(name: str, in_dt: str, out_dt: str, local: int, lab_dt: str | None = None) -> str:
+    """``("cetot", in, out, L[, labels])``: one work-group of ``L`` sums the ``n`` per-row losses and
+    stores the sum, or the sum divided by ``n`` when ``mean``. Arguments: out, out_o, x, x_o, n, mean.
+    With a labels dtype (the graph compiler's claim of the label check with the loss) it also
+    stores, as a bool, whether every label is in [0, K) (what ``index_in_range`` gives); extra
+    arguments flag, flag_o, lab, lab_o, K."""
     T, L = CTYPES[out_dt].compute, local
+    params = (f"__global {CTYPES[out_dt].storage}* out, long out_o, __global const {CTYPES[in_dt].storage}* x,"
+              " long x_o, long n, long mean")
+    check = ""
+    if lab_dt is not None:
+        params += f", __global uchar* flag, long flag_o, __global const {CTYPES[lab_dt].storage}* lab, long lab_o, long K"
+        check = (f"  int ok = 1; for (long k = l; k < n; k += {L}) {{ long y = (long)lab[lab_o + k]; ok &= (y >= 0 && y < K); }}\n"
+                 f"  __local int fl[{L}]; fl[l] = ok; barrier(CLK_LOCAL_MEM_FENCE);\n"
+                 f"  for (int w = {L} / 2; w > 0; w >>= 1) {{ if (l < w) fl[l] = fl[l] & fl[l + w]; barrier(CLK_LOCAL_MEM_FENCE); }}\n"
+                 "  if (l == 0) flag[flag_o] = (uchar)fl[0];\n")
     return (f"__kernel __attribute__((reqd_work_group_size({L}, 1, 1)))\n"
-            f"void {name}(__global {CTYPES[out_dt].storage}* out, long out_o, __global const {CTYPES[in_dt].storage}* x,"
-            " long x_o, long n, long mean) {\n"
+            f"void {name}({params}) {{\n"
             f"  int l = get_local_id(0); {T} acc = 0;\n"
             f"  for (long k = l; k < n; k += {L}) acc += ({T}){load(in_dt, 'x', 'x_o + k')};\n"
             f"  __local {T} sh[{L}]; sh[l] = acc; barrier(CLK_LOCAL_MEM_FENCE);\n"
             f"  for (int w = {L} / 2; w > 0; w >>= 1) {{ if (l < w) sh[l] = sh[l] + sh[l + w]; barrier(CLK_LOCAL_MEM_FENCE); }}\n"
-            f"  if (l == 0) {{ {T} t = sh[0]; if (mean) t = t / ({T})n; {store(out_dt, 'out', 'out_o', 't', T)} }}\n}}\n")
+            f"  if (l == 0) {{ {T} t = sh[0]; if (mean) t = t / ({T})n; {store(out_dt, 'out', 'out_o', 't', T)} }}\n"
+            + check + "}\n")
 
 
 def _in_range(name: str, dt: str) -> str:

@@ -526,23 +526,29 @@ def _linear_relus(graph, taken: set) -> list:
 class LossAndGradient:
     """``cross_entropy(x, y)`` and ``cross_entropy_grad(x, y, g)`` of the same logits and labels
     (a training step's loss and the start of its backward pass) as one row launch: one max and
-    one sum of exps per row serve both (:func:`kernels.cross_entropy` with ``grad``)."""
+    one sum of exps per row serve both (:func:`kernels.cross_entropy` with ``grad``); with the
+    labels' check ``index_in_range(y, low=0, high=classes)``, its flag comes from the loss's total
+    launch instead of a fill and a launch of its own."""
 
-    def __init__(self, slots, reduction, outs):
-        self.slots, self.reduction, self.outs = slots, reduction, outs  # slots: (x, y, g) in the inputs
+    def __init__(self, slots, reduction, outs, keep):
+        # slots: (x, y, g) in the inputs; outs: (shape, dtype) of loss, gradient[, flag]; keep:
+        # the positions in outs of the results the claim returns, in order
+        self.slots, self.reduction, self.outs, self.keep = slots, reduction, outs, keep
         self.__name__ = "cross_entropy_and_grad"
 
     def __call__(self, ctx, buffers):
-        loss, grad = (ctx.empty(s, d) for s, d in self.outs)
+        res = [ctx.empty(s, d) for s, d in self.outs]
         x, y, g = (buffers[i] for i in self.slots)
-        _kernels.cross_entropy(ctx, loss, x, y, self.reduction, grad=g, grad_out=grad)
-        return [loss, grad]
+        _kernels.cross_entropy(ctx, res[0], x, y, self.reduction, grad=g, grad_out=res[1],
+                               flag=res[2] if len(res) > 2 else None)
+        return [res[j] for j in self.keep]
 
 
 def _loss_and_gradients(graph, taken: set) -> list:
     """``(node ids, LossAndGradient)`` for each cross_entropy whose logits and labels a
     cross_entropy_grad of the same reduction also reads, its upstream gradient an input or a
-    constant (so it cannot depend on the loss), both results leaving the pair."""
+    constant (so it cannot depend on the loss), with the index_in_range check of those labels
+    against the classes where the graph has one."""
     out = []
     grads = [n for n in graph.nodes if n.op.name == "cross_entropy_grad" and n.id not in taken]
     for ce in graph.nodes:
@@ -554,13 +560,20 @@ def _loss_and_gradients(graph, taken: set) -> list:
             if (gn.id in taken or gn.inputs[0].id != x.id or gn.inputs[1].id != y.id or g.producer is not None
                     or gn.attrs.get("reduction") != ce.attrs.get("reduction")):
                 continue
-            ids = [ce.id, gn.id]
+            mine = [ce.outputs[0], gn.outputs[0]]
+            chk = next((n for n in graph.nodes if n.op.name == "index_in_range" and n.id not in taken
+                        and n.inputs[0].id == y.id and n.attrs.get("low") == 0
+                        and n.attrs.get("high") == x.shape[-1]), None)
+            if chk is not None:
+                mine.append(chk.outputs[0])
+            ids = ([chk.id] if chk is not None else []) + [ce.id, gn.id]
             ins, outs = graph.boundary(ids)
-            if [o.id for o in outs] != [ce.outputs[0].id, gn.outputs[0].id]:
+            where = {v.id: j for j, v in enumerate(mine)}
+            if not outs or any(o.id not in where for o in outs):
                 continue
             pos = {v.id: j for j, v in enumerate(ins)}
-            shapes = [(tuple(o.shape), o.dtype) for o in outs]
-            out.append((ids, LossAndGradient((pos[x.id], pos[y.id], pos[g.id]), ce.attrs.get("reduction", "mean"), shapes)))
+            out.append((ids, LossAndGradient((pos[x.id], pos[y.id], pos[g.id]), ce.attrs.get("reduction", "mean"),
+                                             [(tuple(v.shape), v.dtype) for v in mine], [where[o.id] for o in outs])))
             taken.update(ids)
             break
     return out

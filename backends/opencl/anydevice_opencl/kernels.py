@@ -525,11 +525,13 @@ def _softmax_grad_kernel(kind: str):
     return kernel
 
 
-def cross_entropy(ctx, out, logits, labels, reduction="mean", grad=None, grad_out=None):
+def cross_entropy(ctx, out, logits, labels, reduction="mean", grad=None, grad_out=None, flag=None):
     """Per-row losses (:func:`codegen._softmax` ``"nll"``), into ``out`` for reduction 'none',
     else summed (and divided for 'mean') by one more launch (:func:`codegen._ce_total`).
     With ``grad`` and ``grad_out``: also ``cross_entropy_grad(logits, labels, grad)`` into
-    ``grad_out``, in the same row launch (``"nllceg"``; the graph compiler's pair)."""
+    ``grad_out``, in the same row launch (``"nllceg"``; the graph compiler's pair). With ``flag``:
+    also ``index_in_range(labels, low=0, high=classes)`` into it, by the total's launch (by
+    :func:`index_in_range` for 'none')."""
     rows, k = labels.size, logits.shape[-1]
     dt = logits.dtype.name
     dst = out if reduction == "none" else ctx.empty((rows,), _DTYPES[codegen.PARTIAL.get(dt, dt)])
@@ -541,10 +543,17 @@ def cross_entropy(ctx, out, logits, labels, reduction="mean", grad=None, grad_ou
             kind = "nllceg"
             args += _ceg_args(grad, reduction, rows) + [grad_out.handle, _off(grad_out)]
         _rows(ctx, ("smx", kind, dt, local, labels.dtype.name, dst.dtype.name), rows, local, args)
-    if reduction != "none":
-        local = _row_local(ctx, 65)
-        _launch(ctx, ("cetot", dst.dtype.name, dt, local), (local,), (local,),
-                [out.handle, _off(out), dst.handle, _off(dst), rows, int(reduction == "mean")])
+    if reduction == "none":
+        if flag is not None:
+            index_in_range(ctx, flag, labels, 0, k)
+        return
+    local = _row_local(ctx, 65)
+    args = [out.handle, _off(out), dst.handle, _off(dst), rows, int(reduction == "mean")]
+    if flag is None:
+        _launch(ctx, ("cetot", dst.dtype.name, dt, local), (local,), (local,), args)
+        return
+    _launch(ctx, ("cetot", dst.dtype.name, dt, local, labels.dtype.name), (local,), (local,),
+            args + [flag.handle, _off(flag), labels.handle, _off(labels), k])
 
 
 def cross_entropy_grad(ctx, out, logits, labels, grad, reduction="mean"):
