@@ -39,6 +39,31 @@ def test_linear_vjp_only_for_inputs_that_need_it():
     np.testing.assert_allclose(full[1], 2 * (x @ w.T + b).T @ x, rtol=1e-12)
 
 
+def test_functional_linear_is_the_linear_op_where_it_fits_and_broadcasts_otherwise():
+    """F.linear runs the registry's linear op (as nn.Linear does) for a bias of shape (out,) or ()
+    and one floating dtype; a bias of another broadcastable shape, or no bias, as matmul (+ add)."""
+    from anydevice.engine import dispatch
+
+    x, w = rng.standard_normal((2, 5, 3)), rng.standard_normal((4, 3))
+    seen = []
+
+    def watch(op, *a):
+        seen.append(op.name)
+
+    for b, ops in ((rng.standard_normal(4), ["linear"]), (np.float64(0.5), ["linear"]),
+                   (rng.standard_normal((5, 4)), ["matrix_transpose", "matmul", "add"]), (None, ["matrix_transpose", "matmul"])):
+        seen.clear()
+        dispatch.add_observer(watch)
+        try:
+            got = F.linear(ad.asarray(x), ad.asarray(w), None if b is None else ad.asarray(b))
+        finally:
+            dispatch.remove_observer(watch)
+        assert seen == ops, (np.shape(b), seen)
+        np.testing.assert_allclose(got.numpy(), x @ w.T + (0 if b is None else b), rtol=1e-12, atol=1e-12)
+    mine = _grads(lambda x, w, b: ad.sum(F.linear(x, w, b) ** 2.0), x, w, rng.standard_normal(4))
+    assert [m.shape for m in mine] == [(2, 5, 3), (4, 3), (4,)]
+
+
 def test_partial_vjp_receives_needs():
     from anydevice.ops.registry import get_op
 

@@ -63,7 +63,14 @@ def log_softmax(input: Tensor, dim: int = -1) -> Tensor:
 
 
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """``input @ weight.T + bias``, weight (out_features, in_features)."""
+    """``input @ weight.T + bias``, weight (out_features, in_features). With a bias of shape
+    (out_features,) or () and one real floating dtype throughout, the registry's ``linear`` op
+    (as ``nn.Linear``: one op, its own gradient, the backends' fused kernels); any other bias
+    broadcasts as an add."""
+    if (bias is not None and isinstance(input, Tensor) and isinstance(weight, Tensor) and isinstance(bias, Tensor)
+            and input.ndim >= 1 and weight.ndim == 2 and tuple(bias.shape) in ((weight.shape[0],), ())
+            and input.dtype == weight.dtype == bias.dtype and input.dtype.kind == "float"):
+        return _api.linear(input, weight, bias)
     y = _api.matmul(input, _api.matrix_transpose(weight))
     return y if bias is None else y + bias
 
