@@ -185,11 +185,12 @@ def test_dims_that_read_alike_are_merged_so_more_chains_share_a_source():
     np.testing.assert_allclose(got, fn(x, (1, 3)).numpy(), rtol=2e-5, atol=2e-5)
 
 
-@pytest.mark.parametrize("k,m,n", [(256, 256, 64), (37, 13, 70), (300, 9, 256)], ids=str)
+@pytest.mark.parametrize("k,m,n", [(256, 256, 64), (37, 13, 70), (300, 9, 256), (4, 3, 5)], ids=str)
 def test_a_transposed_operand_matmul_is_one_launch_without_a_transposing_copy(monkeypatch, k, m, n):
     """matmul(matrix_transpose(x), y) (and permute_dims(x, (1, 0))) of 2-D float32 values is one
-    claim: the packed matmul reading x by columns, equal to eager; a transpose something else also
-    reads is left to eager kernels."""
+    claim: where eager runs the packed matmul, that kernel reading x by columns (no copy), else
+    eager's kernels; eager's bits either way. A transpose something else also reads is left to
+    eager kernels."""
     from opencl_support import spy_launches
 
     x, y = _t((k, m)), _t((k, n))
@@ -200,10 +201,13 @@ def test_a_transposed_operand_matmul_is_one_launch_without_a_transposing_copy(mo
         f(x, y)
         seen = spy_launches(monkeypatch)
         got = f(x, y).numpy()
-        assert not any(s[0] in ("ew", "ewg") for s in seen), seen  # no copy
-        assert ("mm", "float32", "packedta") in seen
+        if m * n * k >= 4096:
+            assert not any(s[0] in ("ew", "ewg") for s in seen), seen  # no copy
+            assert ("mm", "float32", "packedta") in seen
+        else:
+            assert ("mm", "float32", "packedta") not in seen
         assert got.shape == want.shape == (m, n)
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+        np.testing.assert_array_equal(got, want, strict=True)
         run = partition.build(f.last_graph)
         assert run.stats["claimed_nodes"] == 2, run.explain()
     gram = ad.jit.compile(lambda x: ad.matrix_transpose(x) @ x)
@@ -217,7 +221,7 @@ def test_a_transposed_operand_matmul_is_one_launch_without_a_transposing_copy(mo
     both(x, y)
     seen.clear()
     got = both(x, y)
-    assert ("mm", "float32", "packedta") not in seen and ("mm", "float32", "packed") in seen, seen
+    assert ("mm", "float32", "packedta") not in seen and ("mm", "float32", "packed" if m * n * k >= 4096 else "simple") in seen, seen
     np.testing.assert_allclose(got[0].numpy(), x.numpy().T @ y.numpy(), rtol=1e-4, atol=1e-3)
     np.testing.assert_array_equal(got[1].numpy(), x.numpy().T)
 

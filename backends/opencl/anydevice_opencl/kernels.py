@@ -49,6 +49,11 @@ def _specialize(spec, work: int) -> bool:
     return False
 
 
+def _specialized(spec, work: int) -> bool:
+    """Whether a launch of ``spec`` doing ``work`` would run the specialized kernel (counts nothing)."""
+    return work >= SPECIALIZE_ELEMENTS or _generic_runs.get(spec, 0) >= SPECIALIZE_LAUNCHES
+
+
 def _tiered(spec, work: int) -> tuple:
     """``spec``, or its generic twin (same source, unoptimized build) — for take and arange."""
     return spec if _specialize(spec, work) else spec + ("generic",)
@@ -653,15 +658,18 @@ def _matmul_packed(ctx, out, a, sa, b, sb, m, n, k, batch, ta=False) -> None:
 
 
 def matmul_transposed_a(ctx, out, at, b) -> None:
-    """float32 ``out = at.T @ b`` of 2-D ``at`` (K×M) and ``b`` (K×N) without transposing ``at``
-    first (the packed kernel reads A by columns); the caller checks the device takes the packed
-    kernels (:func:`takes_packed`)."""
+    """float32 ``out = at.T @ b`` of 2-D ``at`` (K×M) and ``b`` (K×N). Work eager would run on the
+    packed kernel: that kernel reading A by columns, without transposing ``at`` first (the same
+    sums in the same order); smaller work: eager's kernels (the transposing copy, then
+    :func:`matmul`). The caller checks the device takes the packed kernels (:func:`takes_packed`)."""
     k, m = at.shape
     n = b.shape[1]
     if out.size == 0:
         return
-    if k == 0:
-        ctx.runtime.memset(ctx.index, out.handle, out.byte_offset, 0, out.nbytes, ctx.stream)
+    if k == 0 or not _specialized(("mm", "float32", "packed"), m * n * k):
+        a = ctx.empty((m, k), at.dtype)
+        permute_dims(ctx, a, at, (1, 0))
+        matmul(ctx, out, a, b)
         return
     _matmul_packed(ctx, out, at, 0, b, 0, m, n, k, 1, ta=True)
 
