@@ -32,6 +32,7 @@ import time
 import traceback
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, seed, settings
@@ -361,8 +362,6 @@ def _within_summation_error(op, inputs, attrs, got, ex) -> bool:
     fin = np.finfo(acc)
     g, r = np.asarray(got).astype(np.float64), np.asarray(ex.ref, np.float64)
     n = max(x.size, 1)
-    import ml_dtypes
-
     bound = n * float(fin.eps) * ab + 2 * float(ml_dtypes.finfo(x.dtype).eps) * np.abs(r) + float(fin.tiny)
     overflow = ab > float(fin.max) / 2
     ok = np.where(overflow, ~np.isfinite(g) | (np.abs(g - r) <= bound), np.abs(g - r) <= bound)
@@ -400,8 +399,6 @@ def _helper_reference(name, args, kwargs, got, dtype, shape):
         return None if np.array_equal(got, want, equal_nan=True) else "values"
     if name in ("finfo", "iinfo"):
         d = R._dt._operand_dtype(name, args[0].dtype if isinstance(args[0], T) else args[0])
-        import ml_dtypes
-
         want = (ml_dtypes.finfo if name == "finfo" else np.iinfo)(d.numpy)
         return None if (got.bits, got.max, got.min) == (want.bits, want.max, want.min) else "limits"
     if name == "result_type":

@@ -444,6 +444,12 @@ def _builder(runtime, programs: list):
     return built
 
 
+def _boundary(graph, ids) -> tuple[dict, list]:
+    """``(position of each input value's id among the claim's inputs, the claim's outputs)``."""
+    ins, outs = graph.boundary(ids)
+    return {v.id: j for j, v in enumerate(ins)}, outs
+
+
 class TransposedMatmul:
     """``matmul(matrix_transpose(x), y)`` of 2-D float32 values as one launch that reads x by
     columns (:func:`kernels.matmul_transposed_a`) instead of a transposing copy and a matmul."""
@@ -478,8 +484,7 @@ def _transposed_matmuls(graph, taken: set) -> list:
         if graph.escapes(a) or [u.id for u in graph.users(a)] != [node.id]:
             continue
         ids = [t.id, node.id]
-        ins, _ = graph.boundary(ids)
-        pos = {v.id: j for j, v in enumerate(ins)}
+        pos, _ = _boundary(graph, ids)
         out.append((ids, TransposedMatmul((pos[x.id], pos[b.id]), tuple(node.outputs[0].shape),
                                           node.outputs[0].dtype)))
         taken.update(ids)
@@ -491,13 +496,15 @@ class LinearRelu:
     result (for relu's backward) and its relu (:func:`kernels.linear` with ``relu_out``)."""
 
     def __init__(self, slots, outs, keep):
-        self.slots, self.outs, self.keep = slots, outs, keep  # keep: which of (linear, relu) leave
+        # slots: (x, w, b) in the inputs; outs: (shape, dtype) of linear, relu; keep: the positions
+        # in outs of the results the claim returns, in order
+        self.slots, self.outs, self.keep = slots, outs, keep
         self.__name__ = "linear_relu"
 
     def __call__(self, ctx, buffers):
-        y, r = (ctx.empty(s, d) for s, d in self.outs)
-        _kernels.linear(ctx, y, *(buffers[i] for i in self.slots), relu_out=r)
-        return [v for v, k in zip((y, r), self.keep) if k]
+        res = [ctx.empty(s, d) for s, d in self.outs]
+        _kernels.linear(ctx, res[0], *(buffers[i] for i in self.slots), relu_out=res[1])
+        return [res[j] for j in self.keep]
 
 
 def _linear_relus(graph, taken: set) -> list:
@@ -513,12 +520,11 @@ def _linear_relus(graph, taken: set) -> list:
         if relu is None or relu.outputs[0].dtype.name != "float32":
             continue
         ids = [node.id, relu.id]
-        ins, outs = graph.boundary(ids)
-        pos = {v.id: j for j, v in enumerate(ins)}
-        leaving = {o.id for o in outs}
+        pos, outs = _boundary(graph, ids)
+        where = {y.id: 0, relu.outputs[0].id: 1}
         out.append((ids, LinearRelu([pos[v.id] for v in node.inputs],
                                     [(tuple(v.shape), v.dtype) for v in (y, relu.outputs[0])],
-                                    (y.id in leaving, relu.outputs[0].id in leaving))))
+                                    [where[o.id] for o in outs])))
         taken.update(ids)
     return out
 
@@ -567,11 +573,10 @@ def _loss_and_gradients(graph, taken: set) -> list:
             if chk is not None:
                 mine.append(chk.outputs[0])
             ids = ([chk.id] if chk is not None else []) + [ce.id, gn.id]
-            ins, outs = graph.boundary(ids)
+            pos, outs = _boundary(graph, ids)
             where = {v.id: j for j, v in enumerate(mine)}
             if not outs or any(o.id not in where for o in outs):
                 continue
-            pos = {v.id: j for j, v in enumerate(ins)}
             out.append((ids, LossAndGradient((pos[x.id], pos[y.id], pos[g.id]), ce.attrs.get("reduction", "mean"),
                                              [(tuple(v.shape), v.dtype) for v in mine], [where[o.id] for o in outs])))
             taken.update(ids)
@@ -596,16 +601,15 @@ class MultiAdam:
         return [res[t][k] for t, k in self.keep]
 
 
-def _ancestors(node, stop: set) -> set:
-    """Ids of the nodes ``node`` depends on, not looking past nodes in ``stop``."""
+def _ancestors(node) -> set:
+    """Ids of the nodes ``node`` depends on."""
     seen, todo = set(), [node]
     while todo:
         for v in todo.pop().input_values():
             p = v.producer
             if p is not None and p.id not in seen:
                 seen.add(p.id)
-                if p.id not in stop:
-                    todo.append(p)
+                todo.append(p)
     return seen
 
 
@@ -625,14 +629,12 @@ def _multi_adams(graph, taken: set, fp64: bool) -> list:
     for nodes in groups.values():
         picked: list = []
         for node in nodes:  # graph order: a later node is never an ancestor of an earlier one
-            ids = {n.id for n in picked}
-            if not ids & _ancestors(node, set()):
+            if not {n.id for n in picked} & _ancestors(node):
                 picked.append(node)
         if len(picked) < 2:
             continue
         ids = [n.id for n in picked]
-        ins, outs = graph.boundary(ids)
-        pos = {v.id: j for j, v in enumerate(ins)}
+        pos, outs = _boundary(graph, ids)
         where = {o.id: (t, k) for t, n in enumerate(picked) for k, o in enumerate(n.outputs)}
         out.append((ids, MultiAdam([[pos[v.id] for v in n.inputs] for n in picked],
                                    [[(tuple(o.shape), o.dtype) for o in n.outputs] for n in picked],
@@ -643,10 +645,10 @@ def _multi_adams(graph, taken: set, fp64: bool) -> list:
 
 def compile_graph(device_type, runtime, graph, kernels):
     """The claims of one graph: its fusible chains, each a :class:`FusedKernel`, its
-    transposed-operand matmuls (:class:`TransposedMatmul`, where the device runs the packed
-    matmul), its linear-relu pairs (:class:`LinearRelu`), its loss-and-gradient pairs
-    (:class:`LossAndGradient`) and its optimizer steps (:class:`MultiAdam`); None if none. (A float64 value exists only on a device with cl_khr_fp64, so the
-    graph's dtypes tell.)"""
+    transposed-operand matmuls (:class:`TransposedMatmul`) and linear-relu pairs
+    (:class:`LinearRelu`) where the device runs the packed matmul, its loss-and-gradient pairs
+    (:class:`LossAndGradient`) and its optimizer steps (:class:`MultiAdam`); None if none. (A
+    float64 value exists only on a device with cl_khr_fp64, so the graph's dtypes tell.)"""
     found = chains(graph, _accept(True), _accept_reduction(True), device_type=device_type, epilogue=True,
                    siblings=True)
     programs = [Program(ch) for ch in found]

@@ -48,14 +48,14 @@ _ADAM = """
 _BODIES = {
     "adam_update": ("po mo vo xo so | p g m v x st | *lr *b1 *b2 eps wd c1 c2 decay e1 e2 | decoupled amsgrad x_n", """
     __local S sc[2];  /* the step's scalars, once per work-group */
-    if (get_local_id(0) == 0) { S t = (S)tf; sc[0] = lr / bias(b1, t); sc[1] = sqrt(bias(b2, t)); }
+    if (get_local_id(0) == 0) { S t = (S)tf; sc[0] = adam_s1(lr, b1, t); sc[1] = adam_r2(b2, t); }
     barrier(CLK_LOCAL_MEM_FENCE);
     T s1 = (T)sc[0], r2 = (T)sc[1];""" + _ADAM),
     # the two-launch form of adam_update (large parameters: a work-group barrier keeps PoCL from
     # vectorizing a kernel, which then runs several times slower): one work-item computes the
     # step's scalars into sc, then the element-wise part reads them (and no step count)
     "adam_scalars": ("sc so | st | *lr *b1 *b2 | ", """
-    if (i == 0) { S t = (S)tf; sc[sc_o] = (T)(lr / bias(b1, t)); sc[sc_o + 1] = (T)sqrt(bias(b2, t)); }"""),
+    if (i == 0) { S t = (S)tf; sc[sc_o] = (T)adam_s1(lr, b1, t); sc[sc_o + 1] = (T)adam_r2(b2, t); }"""),
     "adam_apply": ("po mo vo xo | p g m v x sc | eps wd c1 c2 decay e1 e2 | decoupled amsgrad x_n", """
     T s1 = sc[sc_o], r2 = sc[sc_o + 1];""" + _ADAM),
     "sgd_update": ("po bo so | p g b st | lr mu damp wd | nesterov usemu b_n", """
@@ -122,7 +122,10 @@ def program_source(T: str, fp64: bool) -> str:
     bias = ("1.0 - pow(b, t)" if fp64 else "-expm1(t * log(b))")
     pre += (f"#pragma OPENCL FP_CONTRACT OFF\n#define T {T}\n#define S {S}\n"
             f"static S bias(S b, S t) {{ return b == 0 ? (S)1 : {bias}; }}\n"
-            "static T maxnan(T a, T b) { return a != a ? a : (b != b ? b : (a > b ? a : b)); }\n")
+            "static T maxnan(T a, T b) { return a != a ? a : (b != b ? b : (a > b ? a : b)); }\n"
+            "/* Adam's step scalars at step t: lr over the first moment's bias correction, the root of the second's */\n"
+            "static S adam_s1(S lr, S b1, S t) { return lr / bias(b1, t); }\n"
+            "static S adam_r2(S b2, S t) { return sqrt(bias(b2, t)); }\n")
     return pre + "".join(_kernel_source(name, T) for name in _BODIES)
 
 
@@ -176,11 +179,16 @@ _TAILS: dict = {}  # (kernel, dtype, fp64, scalars' bits, flags) -> the scalar a
 ADAM_SPLIT = 4 * LOCAL
 
 
+def _adam_elementwise(lr, beta1, beta2, eps, weight_decay) -> dict:
+    """The scalars of Adam's element-wise part (:data:`_ADAM`), by their names in the kernels."""
+    return {"eps": eps, "wd": weight_decay, "c1": 1.0 - beta1, "c2": 1.0 - beta2,
+            "decay": 1.0 - lr * weight_decay, "e1": beta1, "e2": beta2}
+
+
 def adam_update(ctx, out, p, g, m, v, x, step, *, lr, beta1, beta2, eps, weight_decay, decoupled, amsgrad):
     """One launch for a small parameter; a larger one first computes the step's scalars in one
     work-item, so that the element-wise launch needs no work-group barrier."""
-    ew = {"eps": eps, "wd": weight_decay, "c1": 1.0 - beta1, "c2": 1.0 - beta2,
-          "decay": 1.0 - lr * weight_decay, "e1": beta1, "e2": beta2}
+    ew = _adam_elementwise(lr, beta1, beta2, eps, weight_decay)
     flags = (decoupled, amsgrad, x.size)
     if max(p.size, x.size) <= ADAM_SPLIT:
         _run(ctx, "adam_update", out, (p, g, m, v, x, step), {"lr": lr, "b1": beta1, "b2": beta2, **ew}, flags)
@@ -211,7 +219,6 @@ def register(kernels, runtime) -> None:
         kernels.register(fn.__name__, fn, dtypes=list(_CTYPE), out=True)
 
 
-
 # --- Adam over several parameters (the graph compiler's claim) ----------------------------------
 _MULTI_OUT, _MULTI_IN = ("po", "mo", "vo", "xo"), ("p", "g", "m", "v", "x")
 #: parameters of at most this many elements share one element-wise launch in :func:`adam_multi`
@@ -231,7 +238,7 @@ def multi_source(kind: str, count: int, T: str, fp64: bool) -> str:
         return pre + (f"__kernel void anydevice_adam_multi_scalars_{count}_{T}(__global T* sc, long sc_o, {', '.join(sp)}, "
                       f"S lr, S b1, S b2) {{\n  if (get_global_id(0) != 0) return;\n"
                       + "".join(f"  {{ float tf = st{t}[st{t}_o] + 1.0f; so{t}[so{t}_o] = tf; S t = (S)tf;\n"
-                                f"    sc[sc_o + {2 * t}] = (T)(lr / bias(b1, t)); sc[sc_o + {2 * t + 1}] = (T)sqrt(bias(b2, t)); }}\n"
+                                f"    sc[sc_o + {2 * t}] = (T)adam_s1(lr, b1, t); sc[sc_o + {2 * t + 1}] = (T)adam_r2(b2, t); }}\n"
                                 for t in range(count)) + "}\n")
     params = []
     for t in range(count):
@@ -294,8 +301,8 @@ def adam_multi(ctx, outs: list, ins: list, *, lr, beta1, beta2, eps, weight_deca
     for t in order:
         args += _buf(outs[t][4]) + _buf(ins[t][5])
     _multi_launcher(ctx, "scalars", len(ins), dt)(q, (1,), (1,), args + [S(lr), S(beta1), S(beta2)])
-    tail = [T(eps), T(weight_decay), T(1.0 - beta1), T(1.0 - beta2), T(1.0 - lr * weight_decay), T(beta1), T(beta2),
-            int(decoupled), int(amsgrad)]
+    ew = _adam_elementwise(lr, beta1, beta2, eps, weight_decay)
+    tail = [T(ew[k]) for k, _ in _signature("adam_apply")[2]] + [int(decoupled), int(amsgrad)]
     sc_h, sc_o = _buf(sc)
     for j, t in enumerate(order[len(shared):], start=len(shared)):  # a large parameter: adam_apply
         a = [x for o in outs[t][:4] for x in _buf(o)] + [x for i in ins[t][:5] for x in _buf(i)]
