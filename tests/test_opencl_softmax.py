@@ -71,9 +71,10 @@ def test_one_launch_per_call(kind, monkeypatch):
     seen = spy_launches(monkeypatch)
     x = ad.asarray(RNG.standard_normal((8, 200)).astype(np.float32), device="opencl")
     FNS[kind](x, axis=-1).numpy()
+    FNS[kind](x[:, :40], axis=-1).numpy()
     FNS[kind](x[:, :10], axis=-1).numpy()
     smx = [s for s in seen if s[0] == "smx"]
-    assert [s[1:] for s in smx] == [(kind, "float32", 64), (kind, "float32", 1)], seen
+    assert [s[1:] for s in smx] == [(kind, "float32", 64), (kind, "float32", 1), (kind, "float32", "k10")], seen
 
 
 @pytest.mark.parametrize("kind", list(FNS))

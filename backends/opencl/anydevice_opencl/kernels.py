@@ -484,16 +484,19 @@ def _reduce_kernel(kind: str):
 
 
 # --- softmax / log_softmax / cross entropy -----------------------------------------------------------
-def _row_local(ctx, k: int) -> int:
-    """Work-items per row of the ``"smx"`` kernels: one for rows up to 64, else a work-group of 64."""
+def _row_local(ctx, k: int):
+    """The L slot of the ``"smx"`` kernels' specs: a work-item per row for rows up to 64 (of
+    their own length, ``"k<K>"``, up to :data:`codegen.ROW_FIXED`), else a work-group of 64."""
+    if 0 < k <= codegen.ROW_FIXED:
+        return f"k{k}"
     local = codegen.SOFTMAX_LOCAL[0 if k <= 64 else -1]
     return local if local <= ctx.runtime.devices[ctx.index].max_work_group_size else 1
 
 
-def _rows(ctx, spec, rows: int, local: int, args) -> None:
-    """Launch an ``"smx"`` kernel over ``rows`` rows: a work-group per row, or (``local`` 1) a
-    work-item per row in groups of up to :data:`LOCAL`."""
-    if local == 1:
+def _rows(ctx, spec, rows: int, local, args) -> None:
+    """Launch an ``"smx"`` kernel over ``rows`` rows: a work-group per row, or (``local`` 1 or
+    ``"k<K>"``) a work-item per row in groups of up to :data:`LOCAL`."""
+    if local == 1 or type(local) is str:
         ls = min(LOCAL, ctx.runtime.devices[ctx.index].max_work_group_size)
         _launch(ctx, spec, (-(-rows // ls) * ls,), (ls,), args + [rows])
     else:
