@@ -27,6 +27,7 @@ from . import codegen
 from . import kernels as _kernels
 from . import kernels_optim as _optim
 from .kernels import _bstrides, _cstrides
+from .recording import Recorded
 from .runtime import BUILD_OPTIONS, Launcher
 
 DTYPES = frozenset(d for d, c in codegen.CTYPES.items() if c.kind in "biuf" and d not in ("float16", "bfloat16"))
@@ -593,10 +594,13 @@ class MultiAdam:
         # slots[t]: positions of node t's six inputs in the claim's inputs; outs[t]: its five
         # (shape, dtype); keep: (t, k) of the results the claim returns, in order
         self.slots, self.outs, self.keep, self.attrs = slots, outs, keep, attrs
+        self.specs, self.per = [o for os in outs for o in os], len(outs[0])
         self.__name__ = f"adam_update x{len(slots)}"
 
     def __call__(self, ctx, buffers):
-        res = [[ctx.empty(s, d) for s, d in outs] for outs in self.outs]
+        # one allocation for every result: a step's parameters and states are replaced together
+        flat, k = ctx.empty_many(self.specs), self.per
+        res = [flat[t * k:(t + 1) * k] for t in range(len(self.outs))]
         _optim.adam_multi(ctx, res, [[buffers[j] for j in sl] for sl in self.slots], **self.attrs)
         return [res[t][k] for t, k in self.keep]
 
@@ -659,4 +663,5 @@ def compile_graph(device_type, runtime, graph, kernels):
         claims += _transposed_matmuls(graph, taken) + _linear_relus(graph, taken)
     claims += _loss_and_gradients(graph, taken)
     fp64 = all(runtime.has_fp64(i) for i in range(runtime.device_count()))
-    return (claims + _multi_adams(graph, taken, fp64)) or None
+    claims += _multi_adams(graph, taken, fp64)
+    return [(ids, Recorded(c)) for ids, c in claims] or None

@@ -121,6 +121,9 @@ class Launcher:
         self.put, self.set = getattr(kernel, _SET_BYTES, None), kernel.set_arg
 
     def __call__(self, queue, gsize, lsize, args) -> None:
+        rec = _recording[0]
+        if rec is not None and rec[0] == threading.get_ident():  # a compiled graph's claim being recorded
+            rec[1].append((self, gsize, lsize, list(args)))
         last, put = self.last, self.put
         if len(last) != len(args):
             last[:] = [None] * len(args)
@@ -139,6 +142,8 @@ class Launcher:
         cl.enqueue_nd_range_kernel(queue, self.kernel, gsize, lsize)
 
 
+#: ``(thread id, launch list)`` of the claim being recorded (:mod:`recording`), else None
+_recording: list = [None]
 #: pyopencl's Kernel method that sets an argument from a bytes-like value (absent: ``set_arg``)
 _SET_BYTES = "_set_arg_buf"
 _LONG = struct.Struct("<q").pack

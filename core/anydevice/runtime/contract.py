@@ -155,6 +155,12 @@ class KernelContext:
         """Allocate an output buffer on this device."""
         return self._backend.empty(self.device.index, shape if type(shape) is tuple else tuple(shape), dtype)
 
+    def empty_many(self, specs) -> list:
+        """Output buffers of ``specs`` (``(shape, dtype)`` pairs, shapes as tuples) from one
+        allocation: for results that die together (an optimizer step's new states). The memory
+        is released when the last of them is collected."""
+        return self._backend.empty_many(self.device.index, specs)
+
 
 class Kernel(NamedTuple):
     fn: Callable

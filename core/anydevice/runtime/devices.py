@@ -159,6 +159,28 @@ class Backend:
         a.block, a.shape, a.dtype, a.offset = block, shape, dtype, 0
         return a
 
+    def empty_many(self, index: int, specs) -> list:
+        """Arrays of ``specs`` (``(shape, dtype)`` pairs) carved from ONE allocation, each at an
+        aligned offset: one allocator call for a kernel's many results. The memory is released
+        when the last of them is collected (keep it for results that die together)."""
+        if self.own_storage:
+            return [self.runtime.empty(self.phys(index), s, d) for s, d in specs]
+        alloc = self.allocators[index]
+        align, offs, n = alloc.align, [], 0
+        for shape, dtype in specs:
+            offs.append(n)
+            m = dtype.itemsize
+            for s in shape:
+                m *= s
+            n += -(-max(m, 1) // align) * align
+        block = alloc.allocate(n or 1, self.contexts[index].stream)
+        out = []
+        for (shape, dtype), off in zip(specs, offs):
+            a = _new_array(DeviceArray)
+            a.block, a.shape, a.dtype, a.offset = block, shape, dtype, off
+            out.append(a)
+        return out
+
     def from_host(self, index: int, arr: np.ndarray, dtype, non_blocking: bool = False):
         """Upload a host array. ``non_blocking`` queues the copy on the current stream and returns
         at once when the runtime has ``copy_h2d_async`` (the array must not change afterwards:

@@ -1,0 +1,208 @@
+"""Claims of a compiled graph replayed from their recorded launches.
+
+A claim (:mod:`graph`) runs host code on every replay: it works out grid sizes, picks kernels,
+allocates, builds argument lists. For a graph whose shapes are fixed that work repeats
+identically, and on a small training step it costs more host time than the launches themselves.
+:class:`Recorded` runs a claim normally, noting what it did (its allocations and every
+:class:`runtime.Launcher` call), until two consecutive runs agree: the launches of the second are
+those the first predicts with the second's buffers put in. From then on a replay makes the same
+allocations and the same launches with its own buffers, and nothing else.
+
+A claim is never recorded when a run did anything else with the device (a copy, a fill, a host
+read: :data:`_IMPURE`), chose a generic-tier kernel (that choice changes after some launches:
+:func:`kernels._specialize`), passed a buffer without its offset after it, or read a buffer that
+two of its arrays could both hold: it then keeps running as it is.
+"""
+from __future__ import annotations
+
+import threading
+
+import pyopencl as cl
+
+from anydevice.runtime.contract import DeviceArray
+
+from . import kernels as _kernels
+from . import runtime as _runtime
+
+#: runtime methods that make a run unrecordable (work on the device that is not a Launcher call)
+_IMPURE = ("memset", "fill", "copy_d2d", "copy_h2d", "copy_h2d_async", "copy_d2h", "copy_d2h_async",
+           "to_host", "from_host", "copy_p2p", "copy_peer", "synchronize", "synchronize_stream")
+#: runs after which a claim whose launches still change is left unrecorded
+MAX_TRIES = 64
+
+
+class _Context:
+    """The KernelContext of a recorded run: the same device, noting each allocation call."""
+
+    __slots__ = ("runtime", "index", "device", "stream", "_ctx", "allocs")
+
+    def __init__(self, ctx):
+        self.runtime, self.index, self.device, self.stream, self._ctx = ctx.runtime, ctx.index, ctx.device, ctx.stream, ctx
+        self.allocs: list = []  # (specs, arrays) per allocation call
+
+    def empty(self, shape, dtype):
+        a = self._ctx.empty(shape, dtype)
+        self.allocs.append(((tuple(a.shape), dtype), [a]))
+        return a
+
+    def empty_many(self, specs):
+        arrs = self._ctx.empty_many(specs)
+        self.allocs.append((list(specs), arrs))
+        return arrs
+
+
+class _Run:
+    """What one run of a claim did: its arrays (inputs, then allocations in order), allocation
+    calls, launches ``(launcher, gsize, lsize, args)`` and results (indices into the arrays)."""
+
+    __slots__ = ("arrays", "allocs", "launches", "results", "outs", "clean", "impure")
+
+    def __init__(self, claim, ctx, buffers):
+        rec, rt = _Context(ctx), ctx.runtime
+        launches: list = []
+        impure = [False]
+
+        def flagged(name):
+            real = getattr(rt, name)
+
+            def call(*a, **k):
+                impure[0] = True
+                return real(*a, **k)
+            return call
+
+        patched = [n for n in _IMPURE if hasattr(rt, n)]
+        generic = _kernels._generic_runs
+        before = (id(generic), sum(generic.values()))
+        for n in patched:
+            setattr(rt, n, flagged(n))  # instance attributes: shadow the methods for this run only
+        _runtime._recording[0] = (threading.get_ident(), launches)
+        try:
+            outs = claim(rec, buffers)
+        finally:
+            _runtime._recording[0] = None
+            for n in patched:
+                delattr(rt, n)
+        generic = _kernels._generic_runs
+        self.impure = impure[0]
+        self.clean = not impure[0] and (id(generic), sum(generic.values())) == before
+        self.arrays = list(buffers) + [a for _, arrs in rec.allocs for a in arrs]
+        self.allocs = [specs for specs, _ in rec.allocs]
+        self.launches = launches
+        where = {id(a): j for j, a in enumerate(self.arrays)}
+        self.results = [where.get(id(o)) for o in outs]
+        self.outs = outs
+
+    def plan(self, n_in: int):
+        """The launches as templates ``(launcher, gsize, lsize, args, refs)``, ``refs`` the
+        ``(position, array index, element delta)`` of each buffer argument, its offset right
+        after it; None where an argument cannot be placed."""
+        if not self.clean or any(r is None or r < n_in for r in self.results):
+            return None
+        arrays = self.arrays
+        if not all(type(a) is DeviceArray for a in arrays):
+            return None
+        by_handle: dict = {}
+        for j, a in enumerate(arrays):
+            by_handle.setdefault(id(a.block.handle), []).append(j)
+        out = []
+        for launcher, gsize, lsize, args in self.launches:
+            refs = []
+            for i, x in enumerate(args):
+                if type(x) is not cl.Buffer:
+                    continue
+                if i + 1 >= len(args) or type(args[i + 1]) is not int:
+                    return None
+                o = args[i + 1]
+                hits = []
+                for j in by_handle.get(id(x), ()):
+                    a = arrays[j]
+                    d = o - _kernels._off(a)
+                    if 0 <= d <= max(a.size - 1, 0):
+                        hits.append((j, d))
+                if len(hits) != 1:  # not one of the claim's arrays, or two of them overlap there
+                    return None
+                refs.append((i, *hits[0]))
+            out.append((launcher, gsize, lsize, list(args), refs))
+        return out
+
+
+def _fill(template, arrays) -> list:
+    """The launch arguments of a template with ``arrays`` put in."""
+    _, _, _, args, refs = template
+    args = list(args)
+    for i, j, d in refs:
+        a = arrays[j]
+        b = a.block
+        args[i] = b.handle
+        args[i + 1] = (b.offset + a.offset) // a.dtype.itemsize + d
+    return args
+
+
+def _same(x, y) -> bool:
+    if type(x) is not type(y):
+        return False
+    if type(x) is cl.Buffer:
+        return x is y
+    return x == y if type(x) in (int, float) else x.tobytes() == y.tobytes() if hasattr(x, "tobytes") else x == y
+
+
+def _predicts(plan, run: _Run) -> bool:
+    """Whether ``plan`` (from an earlier run) gives exactly the launches ``run`` made."""
+    if len(plan) != len(run.launches):
+        return False
+    for t, (launcher, gsize, lsize, args) in zip(plan, run.launches):
+        if t[0] is not launcher or t[1] != gsize or t[2] != lsize:
+            return False
+        got = _fill(t, run.arrays)
+        if len(got) != len(args) or not all(_same(a, b) for a, b in zip(got, args)):
+            return False
+    return True
+
+
+class Recorded:
+    """A claim replayed from its recorded launches once two consecutive runs agree (see the
+    module's text); until then, or when it cannot be recorded, the claim itself runs."""
+
+    __slots__ = ("claim", "plan", "allocs", "results", "n_in", "tries", "last", "__name__")
+
+    def __init__(self, claim):
+        self.claim, self.plan, self.last, self.tries = claim, None, None, 0
+        self.allocs = self.results = None
+        self.n_in = 0
+        self.__name__ = getattr(claim, "__name__", type(claim).__name__)
+
+    def __getattr__(self, name):  # the claim's own attributes (a fused kernel's program, ...)
+        if name == "claim":
+            raise AttributeError(name)
+        return getattr(self.claim, name)
+
+    def __call__(self, ctx, buffers):
+        plan = self.plan
+        if plan is not None:
+            return self._replay(ctx, buffers, plan)
+        if self.tries < 0 or self.tries >= MAX_TRIES:
+            return self.claim(ctx, buffers)
+        self.tries += 1
+        run = _Run(self.claim, ctx, buffers)
+        last, n_in = self.last, len(buffers)
+        if (last is not None and last[0] == n_in and last[1] == run.allocs and last[2] == run.results
+                and _predicts(last[3], run)):
+            self.plan, self.allocs, self.results, self.n_in, self.last = last[3], run.allocs, run.results, n_in, None
+            return run.outs
+        plan = run.plan(n_in)
+        if plan is None and (run.clean or run.impure):  # other device work, or a buffer no plan can place:
+            self.tries = -1                              # this claim stays as it is
+        self.last = None if plan is None else (n_in, run.allocs, run.results, plan)
+        return run.outs
+
+    def _replay(self, ctx, buffers, plan):
+        arrays = list(buffers)
+        for specs in self.allocs:
+            if type(specs) is tuple:
+                arrays.append(ctx.empty(*specs))
+            else:
+                arrays += ctx.empty_many(specs)
+        q = ctx.runtime.queue(ctx.index, ctx.stream)
+        for t in plan:
+            t[0](q, t[1], t[2], _fill(t, arrays))
+        return [arrays[j] for j in self.results]
