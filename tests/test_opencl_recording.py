@@ -79,7 +79,8 @@ def test_a_training_step_replays_recorded_launches_with_the_bits_of_running_its_
         assert got == want, (i, got, want)
         if i >= 2:  # recorded: the claim's own host code no longer runs
             assert len(calls) == before, i
-    assert all(r.plan is not None for r in made), [(r.__name__, r.tries) for r in made]
+    claims = [r for r in made if not getattr(r.claim, "__qualname__", "").startswith("RecordedCall")]  # not native steps
+    assert claims and all(r.plan is not None for r in claims), [(r.__name__, r.tries) for r in claims]
     assert all(r.plan is None for r in unrecorded)
     for a, b in zip(plain_model.parameters(), model.parameters()):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
@@ -129,3 +130,25 @@ def test_a_claim_is_recorded_only_once_its_kernel_tier_is_settled(monkeypatch):
         frozen.append(r.plan is not None)
     assert frozen[:3] == [False] * 3 and frozen[-1], frozen
     assert kernels._generic_runs.get(("mm", "float32", "packed")) == 3
+
+
+def test_a_planned_kernel_call_is_replayed_from_its_launches():
+    """``runtime.replayable``: what a compiled graph's planned executor calls for a native kernel."""
+    from anydevice_opencl import kernels
+
+    calls = []
+
+    def mm(ctx, out, a, b):
+        calls.append(1)
+        kernels.matmul(ctx, out, a, b)
+
+    fn = ad.device.get_backend("opencl").runtime.replayable(mm, {})
+    keep = []
+    for i in range(5):
+        keep.append(_array(np.zeros(50 + 70 * i, np.float32)))  # the next arrays land elsewhere
+        a = RNG.standard_normal((32, 16)).astype(np.float32)
+        b = RNG.standard_normal((16, 40)).astype(np.float32)
+        out = _ctx().empty((32, 40), ad.float32)
+        assert fn(_ctx(), out, _array(a), _array(b)) is None
+        np.testing.assert_allclose(_host(out, np.empty((32, 40))), a @ b, rtol=1e-5, atol=1e-5)
+    assert len(calls) == 2  # two runs that agree, then replays

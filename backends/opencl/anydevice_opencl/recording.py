@@ -206,3 +206,25 @@ class Recorded:
         for t in plan:
             t[0](q, t[1], t[2], _fill(t, arrays))
         return [arrays[j] for j in self.results]
+
+
+class RecordedCall:
+    """A planned kernel call of a compiled graph (``runtime.replayable``): the kernel's positional
+    arguments are a :class:`Recorded` claim's inputs, what it returns (nothing, an array or a
+    tuple of them) its results."""
+
+    __slots__ = ("rec", "form", "__name__")
+
+    def __init__(self, fn, kwargs: dict):
+        def claim(ctx, bufs):
+            r = fn(ctx, *bufs, **kwargs)
+            self.form = "none" if r is None else "tuple" if type(r) in (tuple, list) else "one"
+            return [] if r is None else list(r) if type(r) in (tuple, list) else [r]
+
+        self.rec, self.form = Recorded(claim), None
+        self.__name__ = self.rec.__name__ = getattr(fn, "__name__", "kernel")
+
+    def __call__(self, ctx, *args):
+        outs = self.rec(ctx, list(args))
+        form = self.form
+        return None if form == "none" else outs[0] if form == "one" else tuple(outs)

@@ -267,6 +267,13 @@ class OpenClRuntime(Runtime):
                               + "\n  ".join(f.lines or [str(e).splitlines()[0]])
                               + f"\nsource saved as {path}\nhint: {f.hint}") from e
 
+    def replayable(self, fn, kwargs: dict):
+        """A compiled graph's planned call of ``fn``: recorded, then replayed from its launches
+        (:class:`recording.RecordedCall`)."""
+        from .recording import RecordedCall
+
+        return RecordedCall(fn, kwargs)
+
     def probe(self, index: int) -> None:
         """Admission: build and run :data:`PROBE_SOURCE` once; DeviceUnavailableError (reason
         naming the device, hint from :func:`diagnose.classify`) when the driver cannot."""

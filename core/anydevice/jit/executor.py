@@ -306,6 +306,8 @@ class Executable:
         if s[5]:  # a random node: its key and offset attributes are set before each replay
             ns["_kw"], ns[f"n{k}"] = _kw, node.attrs
             extra = f", **_kw(n{k})"
+        elif s[2]._backend.has("replayable"):  # the runtime may record this call and replay its launches
+            ns[f"k{k}"], extra = s[2]._backend.runtime.replayable(kern.fn, kw), ""
         if not kern.out:
             return [f"    {outs}{',' if len(node.outputs) > 1 else ''} = k{k}({cx}{', ' if args else ''}{args}{extra})"]
         dev = s[2]

@@ -34,6 +34,7 @@ event, stream)`` / ``synchronize_event(index, e)``    when recorded
                                                       ``malloc``/``free`` and ``DeviceArray``
 ``device_time(op, nbytes, flops) -> float``           no simulated device time in the profiler
 ``start_trace(index)`` / ``stop_trace(index)``        no device timeline in the profiler
+``replayable(fn, kwargs) -> fn'``                     a compiled graph calls its planned kernels as they are
 ``reset(index)``                                      :class:`~anydevice.errors.UnsupportedError`
 ``probe(index)``                                      every device is assumed usable
 ====================================================  ===========================================
@@ -45,6 +46,13 @@ for one that cannot work, e.g. a compiler that cannot build a kernel for it. Unu
 left out of the visible set, so indices stay dense; ``anydevice check``, ``anydevice plugins``
 and the error for an out-of-range index list them with reason and hint.
 ``ANYDEVICE_KEEP_UNUSABLE=1`` keeps them visible (for driver debugging).
+
+Compiled graphs: ``replayable(fn, kwargs)`` receives a kernel of the runtime's table that a compiled
+graph's planned executor calls on every replay with the same keyword arguments, and returns what the
+executor calls instead, ``fn'(ctx, *args)`` (the kernel's positional arguments, the attributes bound):
+a runtime may record the launches the kernel makes and replay them without its host code, as the
+OpenCL backend does (``anydevice_opencl.recording``). Random nodes are never passed (their key and
+offset change every replay).
 """
 from __future__ import annotations
 
