@@ -616,12 +616,15 @@ def _matmul_pack(name: str, dt: str) -> str:
 def _matmul_pack_t(name: str, dt: str) -> str:
     """``("mm", dt, "packt")``: the panels of :func:`_matmul_pack` from B given transposed (W of
     N×K: ``B[k, j] = W[j, k]``, as linear's weight), so ``x @ W.T`` needs no transposing copy.
-    Work-item (k, p) fills row k of panel p; global size as the pack kernel's, one batch."""
+    Work-item (k, p) fills row k of panel p; global size as the pack kernel's, one batch. The loops
+    are unrolled (PoCL vectorizes across work-items only where a work-item holds no loop: 2x)."""
     T, W = CTYPES[dt].storage, MM_COLS
+    unroll = f'_Pragma("unroll") for (long j = 0; j < {W}; j++)'
     return (f"__kernel void {name}(__global {T}* bp, long bp_o, __global const {T}* w, long w_o, long N, long K) {{\n"
             f"  long k = get_global_id(0), p = get_global_id(1), c0 = p * {W}; if (k >= K) return;\n"
             f"  __global const {T}* s = w + w_o + c0 * K + k; __global {T}* d = bp + bp_o + (p * K + k) * {W};\n"
-            f"  for (long j = 0; j < {W}; j++) d[j] = c0 + j < N ? s[j * K] : ({T})0;\n}}\n")
+            f"  if (c0 + {W} <= N) {{ {unroll} d[j] = s[j * K]; }}\n"
+            f"  else {{ {unroll} d[j] = c0 + j < N ? s[j * K] : ({T})0; }}\n}}\n")
 
 
 def _matmul_packed(name: str, dt: str, bias: bool = False, ta: bool = False, relu: bool = False) -> str:
