@@ -593,14 +593,16 @@ def _matmul(name: str, dt: str) -> str:
 #: columns of C (MM_COLS / 16 float16 accumulators per row); work-groups of MM_GROUP along the rows
 MM_ROWS, MM_COLS, MM_GROUP = 8, 32, 16
 MM_PACK_GROUP = 64  # work-group size (rows of B) of the packing kernel
+MM_NARROW = 16  # panel width of the float32 matmul when B has at most this many columns
 
 
-def _matmul_pack(name: str, dt: str) -> str:
+def _matmul_pack(name: str, dt: str, cols: int = 0) -> str:
     """B (K×N, batch stride ``sb``) into panels of MM_COLS columns, ``bp[z][p][k][j] = B[k, p*W + j]``
     (0 beyond N), so the matmul reads each panel contiguously instead of one page per k.
     Work-item (k, p) copies row k of panel p of every batch with 16-wide loads and stores;
-    global size (ceil(K / MM_PACK_GROUP) * MM_PACK_GROUP, panels), groups of (MM_PACK_GROUP, 1)."""
-    T, W = CTYPES[dt].storage, MM_COLS
+    global size (ceil(K / MM_PACK_GROUP) * MM_PACK_GROUP, panels), groups of (MM_PACK_GROUP, 1).
+    ``cols``: panels of that many columns instead (:data:`MM_NARROW`)."""
+    T, W = CTYPES[dt].storage, cols or MM_COLS
     full = " ".join(f"vstore16(vload16(0, s + {16 * j}), 0, d + {16 * j});" for j in range(W // 16))
     return (f"__kernel void {name}(__global {T}* bp, long bp_o, __global const {T}* b, long b_o,\n"
             "       long N, long K, long sb, long nb) {\n"
@@ -613,12 +615,13 @@ def _matmul_pack(name: str, dt: str) -> str:
             f"    else for (long j = 0; j < {W}; j++) d[j] = c0 + j < N ? s[j] : ({T})0;\n  }}\n}}\n")
 
 
-def _matmul_pack_t(name: str, dt: str) -> str:
+def _matmul_pack_t(name: str, dt: str, cols: int = 0) -> str:
     """``("mm", dt, "packt")``: the panels of :func:`_matmul_pack` from B given transposed (W of
     N×K: ``B[k, j] = W[j, k]``, as linear's weight), so ``x @ W.T`` needs no transposing copy.
     Work-item (k, p) fills row k of panel p; global size as the pack kernel's, one batch. The loops
-    are unrolled (PoCL vectorizes across work-items only where a work-item holds no loop: 2x)."""
-    T, W = CTYPES[dt].storage, MM_COLS
+    are unrolled (PoCL vectorizes across work-items only where a work-item holds no loop: 2x).
+    ``cols``: panels of that many columns instead (:data:`MM_NARROW`)."""
+    T, W = CTYPES[dt].storage, cols or MM_COLS
     unroll = f'_Pragma("unroll") for (long j = 0; j < {W}; j++)'
     return (f"__kernel void {name}(__global {T}* bp, long bp_o, __global const {T}* w, long w_o, long N, long K) {{\n"
             f"  long k = get_global_id(0), p = get_global_id(1), c0 = p * {W}; if (k >= K) return;\n"
@@ -627,7 +630,8 @@ def _matmul_pack_t(name: str, dt: str) -> str:
             f"  else {{ {unroll} d[j] = c0 + j < N ? s[j * K] : ({T})0; }}\n}}\n")
 
 
-def _matmul_packed(name: str, dt: str, bias: bool = False, ta: bool = False, relu: bool = False) -> str:
+def _matmul_packed(name: str, dt: str, bias: bool = False, ta: bool = False, relu: bool = False,
+                   cols: int = 0) -> str:
     """``c[z] = a[z] @ b[z]`` from B packed by :func:`_matmul_pack` (panel stride ``ps = K*W``, row
     stride ``ks = W``) or read in place when N is a multiple of W (``ps = W``, ``ks = N``).
 
@@ -642,8 +646,11 @@ def _matmul_packed(name: str, dt: str, bias: bool = False, ta: bool = False, rel
     ``ta`` (``"packedta"``): A is given transposed (K×M, ``A[r, k] = a[k * M + r]``: the graph
     compiler's ``matmul(matrix_transpose(x), y)``), so no transposing copy is made. ``relu``
     (``"packedbr"``, with ``bias``: the graph compiler's ``relu(linear(...))``): each result is also
-    stored through relu (:data:`EXPR`'s, NaN kept) into ``r`` (extra arguments r, r_o)."""
-    T, R, V, W = CTYPES[dt].storage, range(MM_ROWS), range(MM_COLS // 16), MM_COLS
+    stored through relu (:data:`EXPR`'s, NaN kept) into ``r`` (extra arguments r, r_o). ``cols``
+    (a spec's fourth item): panels of that many columns (:data:`MM_NARROW` for a narrow B: the
+    same sums, half the work on 16 columns)."""
+    W = cols or MM_COLS
+    T, R, V = CTYPES[dt].storage, range(MM_ROWS), range(W // 16)
     rows = "\n".join(f"  __global const {T}* a{i} = a + ab + min(r0 + {i}, M - 1){'' if ta else ' * K'};" for i in R)
     at = "k * M" if ta else "k"
     acc = "\n".join(f"  {T}16 " + ", ".join(f"c{i}_{j} = 0" for j in V) + ";" for i in R)
@@ -973,11 +980,12 @@ def kernel_source(spec: tuple) -> str:
     if kind == "vred":
         return _vreduction(n, *spec[1:])
     if kind == "mm":
+        cols = {"cols": spec[3]} if len(spec) > 3 else {}  # ("mm", dt, kind, columns): narrow panels
         if spec[2] in ("packedb", "packedta", "packedbr"):
             return _matmul_packed(n, spec[1], bias=spec[2] != "packedta", ta=spec[2] == "packedta",
-                                  relu=spec[2] == "packedbr")
+                                  relu=spec[2] == "packedbr", **cols)
         return {"simple": _matmul_simple, "tiled": _matmul, "pack": _matmul_pack, "packt": _matmul_pack_t,
-                "packed": _matmul_packed}[spec[2]](n, spec[1])
+                "packed": _matmul_packed}[spec[2]](n, spec[1], **cols)
     if kind == "take":
         return _take(n, *spec[1:3])
     if kind == "arange":

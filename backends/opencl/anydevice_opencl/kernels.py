@@ -644,8 +644,9 @@ def _matmul_packed(ctx, out, a, sa, b, sb, m, n, k, batch, ta=False) -> None:
     first (once when its batch is broadcast: ``sb == 0``), except a B of whole panels small enough
     (:data:`UNPACKED_B_BYTES`) that its rows stay in cache and a few pages: it is read in place.
     ``ta``: ``a`` holds A transposed (K×M)."""
-    mm = ("mm", "float32", "packedta" if ta else "packed")
-    w, panels = codegen.MM_COLS, -(-n // codegen.MM_COLS)
+    w, narrow = _panels(n)
+    mm = ("mm", "float32", "packedta" if ta else "packed") + narrow
+    panels = -(-n // w)
     g, blocks = codegen.MM_GROUP, -(-m // codegen.MM_ROWS)
     grid = (-(-blocks // g) * panels * g, 1, batch)
     head = [out.handle, _off(out), a.handle, _off(a)]
@@ -655,9 +656,15 @@ def _matmul_packed(ctx, out, a, sa, b, sb, m, n, k, batch, ta=False) -> None:
     total, nb = panels * k * w, batch if sb else 1
     bp = ctx.empty((nb * total,), _DTYPES["float32"])
     lk = codegen.MM_PACK_GROUP
-    _launch(ctx, ("mm", "float32", "pack"), (-(-k // lk) * lk, panels), (lk, 1),
+    _launch(ctx, ("mm", "float32", "pack") + narrow, (-(-k // lk) * lk, panels), (lk, 1),
             [bp.handle, _off(bp), b.handle, _off(b), n, k, sb, nb])
     _launch(ctx, mm, grid, (g, 1, 1), head + [bp.handle, _off(bp), m, n, k, sa, total if sb else 0, k * w, w])
+
+
+def _panels(n: int) -> tuple:
+    """(panel width, spec suffix) of the packed matmul for B of ``n`` columns: :data:`codegen.MM_NARROW`
+    columns (suffix ``(width,)``) when B is that narrow, else :data:`codegen.MM_COLS` (no suffix)."""
+    return (codegen.MM_NARROW, (codegen.MM_NARROW,)) if n <= codegen.MM_NARROW else (codegen.MM_COLS, ())
 
 
 def matmul_transposed_a(ctx, out, at, b) -> None:
@@ -737,16 +744,17 @@ def linear(ctx, out, x, w, b, relu_out=None):
     cap = ctx.runtime.devices[ctx.index].max_work_group_size
     if (x.dtype.name == "float32" and k and cap >= codegen.MM_PACK_GROUP
             and _specialize(("mm", "float32", "packed"), m * n * k)):
-        panels, lk, g = -(-n // codegen.MM_COLS), codegen.MM_PACK_GROUP, codegen.MM_GROUP
-        bp = ctx.empty((panels * k * codegen.MM_COLS,), x.dtype)
-        _launch(ctx, ("mm", "float32", "packt"), (-(-k // lk) * lk, panels), (lk, 1),
+        (cw, narrow), lk, g = _panels(n), codegen.MM_PACK_GROUP, codegen.MM_GROUP
+        panels = -(-n // cw)
+        bp = ctx.empty((panels * k * cw,), x.dtype)
+        _launch(ctx, ("mm", "float32", "packt") + narrow, (-(-k // lk) * lk, panels), (lk, 1),
                 [bp.handle, _off(bp), w.handle, _off(w), n, k])
         blocks = -(-m // codegen.MM_ROWS)
         grid = (-(-blocks // g) * panels * g, 1, 1)
         tail = [] if relu_out is None else [relu_out.handle, _off(relu_out)]
-        _launch(ctx, ("mm", "float32", "packedb" if relu_out is None else "packedbr"), grid, (g, 1, 1),
-                [out.handle, _off(out), x.handle, _off(x), bp.handle, _off(bp), m, n, k, 0, 0, k * codegen.MM_COLS,
-                 codegen.MM_COLS, b.handle, _off(b), len(b.shape)] + tail)
+        _launch(ctx, ("mm", "float32", "packedb" if relu_out is None else "packedbr") + narrow, grid, (g, 1, 1),
+                [out.handle, _off(out), x.handle, _off(x), bp.handle, _off(bp), m, n, k, 0, 0, k * cw,
+                 cw, b.handle, _off(b), len(b.shape)] + tail)
         return
     wt = ctx.empty((k, n), w.dtype)
     permute_dims(ctx, wt, w, (1, 0))
