@@ -83,7 +83,7 @@ def test_a_training_step_replays_recorded_launches_with_the_bits_of_running_its_
         if i >= 2:  # recorded: the claim's own host code no longer runs
             assert len(calls) == before, i
     claims = [r for r in made if not getattr(r.claim, "__qualname__", "").startswith("RecordedCall")]  # not native steps
-    assert claims and all(r.plan is not None for r in claims), [(r.__name__, r.tries) for r in claims]
+    assert claims and all(r.plan is not None for r in claims), [(r.__name__, r.tries, r.why) for r in claims]
     assert all(r.plan is None for r in unrecorded)
     for a, b in zip(plain_model.parameters(), model.parameters()):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
@@ -155,3 +155,41 @@ def test_a_planned_kernel_call_is_replayed_from_its_launches():
         assert fn(_ctx(), out, _array(a), _array(b)) is None
         np.testing.assert_allclose(_host(out, np.empty((32, 40))), a @ b, rtol=1e-5, atol=1e-5)
     assert len(calls) == 2  # two runs that agree, then replays
+
+
+def test_an_argument_two_arrays_could_hold_is_placed_by_the_next_run():
+    """An int64 array in the same buffer can seem to hold a float32 argument (its offset read in
+    8-byte units): the plan keeps both candidates, and a run with the buffers elsewhere keeps the
+    one that places the argument in both runs."""
+    import pyopencl as cl
+
+    from anydevice.runtime.contract import DeviceArray
+    from anydevice_opencl import recording
+
+    buf = _ctx().empty((4096,), ad.float32).handle
+    assert type(buf) is cl.Buffer
+
+    class Block:
+        def __init__(self, offset):
+            self.handle, self.offset = buf, offset
+
+    launcher = object()
+
+    def run(x_bytes):
+        x = DeviceArray(Block(x_bytes), (64,), ad.float32)
+        lab = DeviceArray(Block(512), (256,), ad.int64)
+        r = object.__new__(recording._Run)
+        r.arrays, r.allocs, r.results, r.outs = [x, lab], [], [], []
+        r.clean, r.impure = True, False
+        r.launches = [(launcher, (64,), (64,), [buf, x_bytes // 4, 7])]
+        return r
+
+    plan = run(1024).plan(2)
+    assert [c for _, c in plan[0][4]] == [[(0, 0), (1, 192)]]  # x itself, or lab 192 elements in
+    assert recording._final(plan) is None
+    narrowed = recording._narrow(plan, run(2048))  # x moved, lab did not: only x places it
+    assert recording._final(narrowed)[0][4] == [(0, 0, 0)]
+    assert recording._narrow(plan, run(1024))[0][4] == plan[0][4]  # the same places: both remain
+    moved = run(2048)
+    moved.launches[0][3][2] = 8  # another constant argument: not the same launch
+    assert recording._narrow(plan, moved) is None

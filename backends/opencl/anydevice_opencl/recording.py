@@ -8,10 +8,16 @@ identically, and on a small training step it costs more host time than the launc
 those the first predicts with the second's buffers put in. From then on a replay makes the same
 allocations and the same launches with its own buffers, and nothing else.
 
+A buffer argument (a ``cl.Buffer`` followed by its element offset) is placed on the claim's array
+that holds it; where arrays of other item sizes in the same buffer could each hold it (the offset
+read in their units), later runs, with their buffers elsewhere, keep the one that places it in
+every run, and the claim is recorded once one is left.
+
 A claim is never recorded when a run did anything else with the device (a copy, a fill, a host
-read: :data:`_IMPURE`), chose a generic-tier kernel (that choice changes after some launches:
-:func:`kernels._specialize`), passed a buffer without its offset after it, or read a buffer that
-two of its arrays could both hold: it then keeps running as it is.
+read: :data:`_IMPURE`), passed a buffer without its offset after it or outside its arrays, or
+returned something other than its allocations; a run that chose a generic-tier kernel (that
+choice changes after some launches: :func:`kernels._specialize`) is not recorded, and later runs
+are. Such claims keep running as they are; ``Recorded.why`` says why.
 """
 from __future__ import annotations
 
@@ -55,7 +61,7 @@ class _Run:
     """What one run of a claim did: its arrays (inputs, then allocations in order), allocation
     calls, launches ``(launcher, gsize, lsize, args)`` and results (indices into the arrays)."""
 
-    __slots__ = ("arrays", "allocs", "launches", "results", "outs", "clean", "impure")
+    __slots__ = ("arrays", "allocs", "launches", "results", "outs", "clean", "impure", "why")
 
     def __init__(self, claim, ctx, buffers):
         rec, rt = _Context(ctx), ctx.runtime
@@ -94,12 +100,20 @@ class _Run:
 
     def plan(self, n_in: int):
         """The launches as templates ``(launcher, gsize, lsize, args, refs)``, ``refs`` the
-        ``(position, array index, element delta)`` of each buffer argument, its offset right
-        after it; None where an argument cannot be placed."""
-        if not self.clean or any(r is None or r < n_in for r in self.results):
+        ``(position, candidates)`` of each buffer argument (its offset right after it), the
+        candidates the ``(array index, element delta)`` that place it. Arrays of other item sizes
+        in the same buffer can each seem to hold an argument (its offset read in their units):
+        later runs, whose buffers lie elsewhere, narrow the candidates (:func:`_narrow`). None
+        where an argument cannot be placed."""
+        self.why = "other device work" if self.impure else "a generic-tier kernel" if not self.clean else None
+        if not self.clean:
+            return None
+        if any(r is None or r < n_in for r in self.results):
+            self.why = "a result that is not one of its allocations"
             return None
         arrays = self.arrays
         if not all(type(a) is DeviceArray for a in arrays):
+            self.why = "an input that is not a DeviceArray"
             return None
         by_handle: dict = {}
         for j, a in enumerate(arrays):
@@ -111,6 +125,7 @@ class _Run:
                 if type(x) is not cl.Buffer:
                     continue
                 if i + 1 >= len(args) or type(args[i + 1]) is not int:
+                    self.why = f"argument {i} of {launcher.kernel.function_name}: a buffer without its offset"
                     return None
                 o = args[i + 1]
                 hits = []
@@ -119,23 +134,12 @@ class _Run:
                     d = o - _kernels._off(a)
                     if 0 <= d <= max(a.size - 1, 0):
                         hits.append((j, d))
-                if len(hits) != 1:  # not one of the claim's arrays, or two of them overlap there
+                if not hits:
+                    self.why = f"argument {i} of {launcher.kernel.function_name}: none of its arrays"
                     return None
-                refs.append((i, *hits[0]))
+                refs.append((i, hits))
             out.append((launcher, gsize, lsize, list(args), refs))
         return out
-
-
-def _fill(template, arrays) -> list:
-    """The launch arguments of a template with ``arrays`` put in."""
-    _, _, _, args, refs = template
-    args = list(args)
-    for i, j, d in refs:
-        a = arrays[j]
-        b = a.block
-        args[i] = b.handle
-        args[i + 1] = (b.offset + a.offset) // a.dtype.itemsize + d
-    return args
 
 
 def _same(x, y) -> bool:
@@ -146,27 +150,50 @@ def _same(x, y) -> bool:
     return x == y if type(x) in (int, float) else x.tobytes() == y.tobytes() if hasattr(x, "tobytes") else x == y
 
 
-def _predicts(plan, run: _Run) -> bool:
-    """Whether ``plan`` (from an earlier run) gives exactly the launches ``run`` made."""
+def _narrow(plan, run: _Run):
+    """``plan`` (from earlier runs) with each argument's candidates cut to those that also place
+    it in ``run``; None unless every launch is the same kernel, grid and other arguments and
+    every argument keeps a candidate."""
     if len(plan) != len(run.launches):
-        return False
-    for t, (launcher, gsize, lsize, args) in zip(plan, run.launches):
-        if t[0] is not launcher or t[1] != gsize or t[2] != lsize:
-            return False
-        got = _fill(t, run.arrays)
-        if len(got) != len(args) or not all(_same(a, b) for a, b in zip(got, args)):
-            return False
-    return True
+        return None
+    arrays, out = run.arrays, []
+    for (launcher, gsize, lsize, targs, refs), (launcher2, gsize2, lsize2, args) in zip(plan, run.launches):
+        if launcher is not launcher2 or gsize != gsize2 or lsize != lsize2 or len(targs) != len(args):
+            return None
+        placed = set()
+        new = []
+        for i, cands in refs:
+            h, o = args[i], args[i + 1]
+            keep = [(j, d) for j, d in cands
+                    if arrays[j].block.handle is h and _kernels._off(arrays[j]) + d == o]
+            if not keep:
+                return None
+            new.append((i, keep))
+            placed.update((i, i + 1))
+        if not all(_same(a, b) for k, (a, b) in enumerate(zip(targs, args)) if k not in placed):
+            return None
+        out.append((launcher, gsize, lsize, targs, new))
+    return out
+
+
+def _final(plan):
+    """A narrowed plan whose every argument has one candidate, as :meth:`runtime.Launcher.replay`
+    takes it (refs ``(position, array index, delta)``); None while some argument has several."""
+    if any(len(c) != 1 for t in plan for _, c in t[4]):
+        return None
+    return [(launcher, gsize, lsize, args, [(i, *c[0]) for i, c in refs])
+            for launcher, gsize, lsize, args, refs in plan]
 
 
 class Recorded:
     """A claim replayed from its recorded launches once two consecutive runs agree (see the
     module's text); until then, or when it cannot be recorded, the claim itself runs."""
 
-    __slots__ = ("claim", "plan", "allocs", "results", "n_in", "tries", "last", "__name__")
+    __slots__ = ("claim", "plan", "allocs", "results", "n_in", "tries", "last", "why", "__name__")
 
     def __init__(self, claim):
         self.claim, self.plan, self.last, self.tries = claim, None, None, 0
+        self.why = None  # why the claim is not recorded, once it never will be
         self.allocs = self.results = None
         self.n_in = 0
         self.__name__ = getattr(claim, "__name__", type(claim).__name__)
@@ -185,13 +212,18 @@ class Recorded:
         self.tries += 1
         run = _Run(self.claim, ctx, buffers)
         last, n_in = self.last, len(buffers)
-        if (last is not None and last[0] == n_in and last[1] == run.allocs and last[2] == run.results
-                and _predicts(last[3], run)):
-            self.plan, self.allocs, self.results, self.n_in, self.last = last[3], run.allocs, run.results, n_in, None
-            return run.outs
+        if last is not None and last[0] == n_in and last[1] == run.allocs and last[2] == run.results and run.clean:
+            narrowed = _narrow(last[3], run)
+            if narrowed is not None:
+                final = _final(narrowed)
+                if final is not None:
+                    self.plan, self.allocs, self.results, self.n_in, self.last = final, run.allocs, run.results, n_in, None
+                else:  # an argument still has several candidates: the next runs tell
+                    self.last = (n_in, run.allocs, run.results, narrowed)
+                return run.outs
         plan = run.plan(n_in)
         if plan is None and (run.clean or run.impure):  # other device work, or a buffer no plan can place:
-            self.tries = -1                              # this claim stays as it is
+            self.tries, self.why = -1, run.why          # this claim stays as it is
         self.last = None if plan is None else (n_in, run.allocs, run.results, plan)
         return run.outs
 
@@ -204,7 +236,7 @@ class Recorded:
                 arrays += ctx.empty_many(specs)
         q = ctx.runtime.queue(ctx.index, ctx.stream)
         for t in plan:
-            t[0](q, t[1], t[2], _fill(t, arrays))
+            t[0].replay(q, t, arrays)
         return [arrays[j] for j in self.results]
 
 

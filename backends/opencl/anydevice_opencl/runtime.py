@@ -114,16 +114,17 @@ class Launcher:
     are ``long`` arguments; they and numpy scalars go in as their bytes (:data:`_SET_BYTES`: about
     50x cheaper than ``Kernel.set_arg``, which probes the type of any non-buffer argument)."""
 
-    __slots__ = ("kernel", "last", "put", "set")
+    __slots__ = ("kernel", "last", "put", "set", "owner")
 
     def __init__(self, kernel: cl.Kernel):
-        self.kernel, self.last = kernel, []
+        self.kernel, self.last, self.owner = kernel, [], None
         self.put, self.set = getattr(kernel, _SET_BYTES, None), kernel.set_arg
 
     def __call__(self, queue, gsize, lsize, args) -> None:
         rec = _recording[0]
         if rec is not None and rec[0] == threading.get_ident():  # a compiled graph's claim being recorded
             rec[1].append((self, gsize, lsize, list(args)))
+        self.owner = None
         last, put = self.last, self.put
         if len(last) != len(args):
             last[:] = [None] * len(args)
@@ -140,6 +141,42 @@ class Launcher:
                     last[i] = a
             i += 1
         cl.enqueue_nd_range_kernel(queue, self.kernel, gsize, lsize)
+
+    def replay(self, queue, template, arrays) -> None:
+        """A recorded launch (:mod:`recording`): ``template`` is ``(launcher, gsize, lsize, args,
+        refs)``, ``refs`` the ``(position, array index, element delta)`` of its buffer arguments,
+        each followed by its offset. When this template made the kernel's last launch, only the
+        buffers and offsets of ``arrays`` that differ from that launch's are set."""
+        _, gsize, lsize, args, refs = template
+        if self.owner is not template:  # another launch came between: every argument
+            self(queue, gsize, lsize, fill(template, arrays))
+            self.owner = template
+            return
+        last, put, set_ = self.last, self.put, self.set
+        for i, j, d in refs:
+            a = arrays[j]
+            b = a.block
+            h = b.handle
+            if last[i] is not h:
+                set_(i, h)
+                last[i] = h
+            o = (b.offset + a.offset) // a.dtype.itemsize + d
+            if last[i + 1] != o:
+                put(i + 1, _LONG(o)) if put is not None else set_(i + 1, np.int64(o))
+                last[i + 1] = o
+        cl.enqueue_nd_range_kernel(queue, self.kernel, gsize, lsize)
+
+
+def fill(template, arrays) -> list:
+    """The launch arguments of a recorded launch (:meth:`Launcher.replay`) with ``arrays`` put in."""
+    _, _, _, args, refs = template
+    args = list(args)
+    for i, j, d in refs:
+        a = arrays[j]
+        b = a.block
+        args[i] = b.handle
+        args[i + 1] = (b.offset + a.offset) // a.dtype.itemsize + d
+    return args
 
 
 #: ``(thread id, launch list)`` of the claim being recorded (:mod:`recording`), else None
