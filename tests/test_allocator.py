@@ -109,3 +109,37 @@ def test_device_memory_api_through_a_backend():
 def test_cpu_memory_stats_are_explicitly_unsupported():
     with pytest.raises(ad.UnsupportedError, match="does not report allocator statistics"):
         ad.device.memory_allocated("cpu")
+
+
+def test_empty_many_carves_aligned_disjoint_arrays_from_one_allocation():
+    """KernelContext.empty_many: one allocator call for results that die together; the memory
+    goes back when the last of them is collected."""
+    ad.device.empty_cache("npu")
+    dev = ad.zeros((1,), device="npu:0").device
+    ctx, be = dev._ctx, dev._backend
+    before = be.allocators[dev.index].stats()
+    specs = [((3, 5), ad.float32), ((), ad.int64), ((0,), ad.float32), ((70,), ad.float16)]
+    arrs = ctx.empty_many(specs)
+    assert [(a.shape, a.dtype) for a in arrs] == specs
+    assert len({id(a.block) for a in arrs}) == 1
+    align = be.allocators[dev.index].align
+    spans = [(a.byte_offset, a.byte_offset + max(a.nbytes, 1)) for a in arrs]
+    assert all(lo % align == 0 for lo, _ in spans)
+    assert all(spans[k][1] <= spans[k + 1][0] for k in range(len(spans) - 1))
+    st = be.allocators[dev.index].stats()
+    assert st["num_allocs"] == before["num_allocs"] + 1
+    for k, a in enumerate(arrs):  # each array holds its own values
+        if a.nbytes:
+            be.runtime.copy_h2d(dev.index, a.handle, a.byte_offset, np.full(a.shape, k + 1, a.dtype.numpy))
+    for k, a in enumerate(arrs):
+        if a.nbytes:
+            got = np.asarray(be.to_host(a, dev.index, a.shape, a.dtype))
+            assert (got == k + 1).all()
+    del a
+    held = be.allocators[dev.index].stats()["allocated"]
+    del arrs[:3]
+    gc.collect()
+    assert be.allocators[dev.index].stats()["allocated"] == held  # one array still holds the block
+    arrs.clear()
+    gc.collect()
+    assert be.allocators[dev.index].stats()["allocated"] < held
