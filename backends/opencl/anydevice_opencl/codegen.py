@@ -631,7 +631,7 @@ def _matmul_pack_t(name: str, dt: str, cols: int = 0) -> str:
 
 
 def _matmul_packed(name: str, dt: str, bias: bool = False, ta: bool = False, relu: bool = False,
-                   cols: int = 0) -> str:
+                   cols: int = 0, linear: bool = True) -> str:
     """``c[z] = a[z] @ b[z]`` from B packed by :func:`_matmul_pack` (panel stride ``ps = K*W``, row
     stride ``ks = W``) or read in place when N is a multiple of W (``ps = W``, ``ks = N``).
 
@@ -648,7 +648,8 @@ def _matmul_packed(name: str, dt: str, bias: bool = False, ta: bool = False, rel
     (``"packedbr"``, with ``bias``: the graph compiler's ``relu(linear(...))``): each result is also
     stored through relu (:data:`EXPR`'s, NaN kept) into ``r`` (extra arguments r, r_o). ``cols``
     (a spec's fourth item): panels of that many columns (:data:`MM_NARROW` for a narrow B: the
-    same sums, half the work on 16 columns)."""
+    same sums, half the work on 16 columns). ``relu`` without ``linear`` (``"packedr"``): only the
+    relu is stored, into ``c`` (no r arguments): the linear result nothing else reads."""
     W = cols or MM_COLS
     T, R, V = CTYPES[dt].storage, range(MM_ROWS), range(W // 16)
     rows = "\n".join(f"  __global const {T}* a{i} = a + ab + min(r0 + {i}, M - 1){'' if ta else ' * K'};" for i in R)
@@ -661,10 +662,15 @@ def _matmul_packed(name: str, dt: str, bias: bool = False, ta: bool = False, rel
         y = f"c{i}_{j}{' + v' + str(j) if bias else ''}"
         if not relu:
             return f"vstore16({y}, 0, cr + {i} * N + {16 * j});"
+        r = f"select(({T}16)0, y, (y >= 0) | isnan(y))"
+        if not linear:
+            return f"{{ {T}16 y = {y}; vstore16({r}, 0, cr + {i} * N + {16 * j}); }}"
         return (f"{{ {T}16 y = {y}; vstore16(y, 0, cr + {i} * N + {16 * j}); "
-                f"vstore16(select(({T}16)0, y, (y >= 0) | isnan(y)), 0, rr + {i} * N + {16 * j}); }}")
-    one = (f"{{ {T} y = t[j] + bv[(c0 + j) * bs]; cr[@I@ * N + j] = y; rr[@I@ * N + j] = (y >= 0 || isnan(y)) ? y : ({T})0; }}"
-           if relu else f"cr[@I@ * N + j] = t[j]{' + bv[(c0 + j) * bs]' if bias else ''};")
+                f"vstore16({r}, 0, rr + {i} * N + {16 * j}); }}")
+    r1 = f"(y >= 0 || isnan(y)) ? y : ({T})0"
+    one = (f"cr[@I@ * N + j] = t[j]{' + bv[(c0 + j) * bs]' if bias else ''};" if not relu else
+           f"{{ {T} y = t[j] + bv[(c0 + j) * bs]; cr[@I@ * N + j] = y; rr[@I@ * N + j] = {r1}; }}" if linear else
+           f"{{ {T} y = t[j] + bv[(c0 + j) * bs]; cr[@I@ * N + j] = {r1}; }}")
     full = "\n".join(f"    if (r0 + {i} < M) {{ " + " ".join(st16(i, j) for j in V) + " }" for i in R)
     part = "\n".join(f"    if (r0 + {i} < M) {{ " + " ".join(f"vstore16(c{i}_{j}, 0, t + {16 * j});" for j in V)
                       + f" for (long j = 0; j < N - c0; j++) {one.replace('@I@', str(i))} }}"
@@ -673,7 +679,7 @@ def _matmul_packed(name: str, dt: str, bias: bool = False, ta: bool = False, rel
         full = ("    " + " ".join(f"{T}16 v{j} = bs ? vload16(0, bv + c0 + {16 * j}) : ({T}16)(bv[0]);" for j in V)
                 + "\n" + full)
     extra = f", __global const {T}* bias, long bias_o, long bs" if bias else ""
-    extra += f", __global {T}* r, long r_o" if relu else ""
+    extra += f", __global {T}* r, long r_o" if relu and linear else ""
     head = f"  __global const {T}* bv = bias + bias_o;\n" if bias else ""
     return (f"__kernel void {name}(__global {T}* c, long c_o, __global const {T}* a, long a_o,\n"
             f"       __global const {T}* bp, long bp_o, long M, long N, long K, long sa, long sb, long ps, long ks{extra}) {{\n"
@@ -685,7 +691,7 @@ def _matmul_packed(name: str, dt: str, bias: bool = False, ta: bool = False, rel
             f"{rows}\n{acc}\n"
             f"  for (long k = 0; k < K; k++) {{\n    __global const {T}* bk = bpan + k * ks;\n{body}\n  }}\n"
             f"  __global {T}* cr = c + c_o + z * M * N + r0 * N + c0;\n"
-            + (f"  __global {T}* rr = r + r_o + z * M * N + r0 * N + c0;\n" if relu else "") +
+            + (f"  __global {T}* rr = r + r_o + z * M * N + r0 * N + c0;\n" if relu and linear else "") +
             f"  if (c0 + {W} <= N) {{\n{full}\n  }} else {{\n    {T} t[{W}];\n{part}\n  }}\n}}\n")
 
 # --- softmax / log_softmax ---------------------------------------------------------------------
@@ -981,9 +987,9 @@ def kernel_source(spec: tuple) -> str:
         return _vreduction(n, *spec[1:])
     if kind == "mm":
         cols = {"cols": spec[3]} if len(spec) > 3 else {}  # ("mm", dt, kind, columns): narrow panels
-        if spec[2] in ("packedb", "packedta", "packedbr"):
+        if spec[2] in ("packedb", "packedta", "packedbr", "packedr"):
             return _matmul_packed(n, spec[1], bias=spec[2] != "packedta", ta=spec[2] == "packedta",
-                                  relu=spec[2] == "packedbr", **cols)
+                                  relu=spec[2] in ("packedbr", "packedr"), linear=spec[2] != "packedr", **cols)
         return {"simple": _matmul_simple, "tiled": _matmul, "pack": _matmul_pack, "packt": _matmul_pack_t,
                 "packed": _matmul_packed}[spec[2]](n, spec[1], **cols)
     if kind == "take":
@@ -1066,7 +1072,7 @@ def family(dt: str, fp64: bool) -> frozenset:
         specs.append(("mm", dt, "tiled"))
     if dt == "float32":  # (float64 stays tiled: double8/16 trip PoCL's x86 ABI handling without AVX-512)
         specs += [("mm", dt, "pack"), ("mm", dt, "packed"), ("mm", dt, "packt"), ("mm", dt, "packedb"),
-                  ("mm", dt, "packedta"), ("mm", dt, "packedbr")]
+                  ("mm", dt, "packedta"), ("mm", dt, "packedbr"), ("mm", dt, "packedr")]
     return frozenset(specs + _take_arange(dt, fp64))
 
 

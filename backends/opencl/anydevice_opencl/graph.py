@@ -493,8 +493,8 @@ def _transposed_matmuls(graph, taken: set) -> list:
 
 
 class LinearRelu:
-    """``relu(linear(x, w, b))`` of float32 values as the packed matmul storing both the linear
-    result (for relu's backward) and its relu (:func:`kernels.linear` with ``relu_out``)."""
+    """``relu(linear(x, w, b))`` of float32 values as the packed matmul storing the relu, and the
+    linear result too where something else reads it (:func:`kernels.linear` with ``relu_out``)."""
 
     def __init__(self, slots, outs, keep):
         # slots: (x, w, b) in the inputs; outs: (shape, dtype) of linear, relu; keep: the positions
@@ -503,8 +503,12 @@ class LinearRelu:
         self.__name__ = "linear_relu"
 
     def __call__(self, ctx, buffers):
-        res = [ctx.empty(s, d) for s, d in self.outs]
-        _kernels.linear(ctx, res[0], *(buffers[i] for i in self.slots), relu_out=res[1])
+        if 0 in self.keep:  # the linear result is read beyond the relu: both are stored
+            res = [ctx.empty(s, d) for s, d in self.outs]
+            _kernels.linear(ctx, res[0], *(buffers[i] for i in self.slots), relu_out=res[1])
+        else:  # only the relu (its gradient reads the relu's output)
+            res = [None, ctx.empty(*self.outs[1])]
+            _kernels.linear(ctx, None, *(buffers[i] for i in self.slots), relu_out=res[1])
         return [res[j] for j in self.keep]
 
 
@@ -653,14 +657,18 @@ def compile_graph(device_type, runtime, graph, kernels):
     (:class:`LinearRelu`) where the device runs the packed matmul, its loss-and-gradient pairs
     (:class:`LossAndGradient`) and its optimizer steps (:class:`MultiAdam`); None if none. (A
     float64 value exists only on a device with cl_khr_fp64, so the graph's dtypes tell.)"""
-    found = chains(graph, _accept(True), _accept_reduction(True), device_type=device_type, epilogue=True,
-                   siblings=True)
+    packed = all(_kernels.takes_packed(runtime, i) for i in range(runtime.device_count()))
+    taken: set = set()
+    first = _linear_relus(graph, taken) if packed else []  # before chains, which would take the relu
+    ew, red = _accept(True), _accept_reduction(True)
+    found = chains(graph, lambda n: n.id not in taken and ew(n), lambda n: n.id not in taken and red(n),
+                   device_type=device_type, epilogue=True, siblings=True)
     programs = [Program(ch) for ch in found]
     built = _builder(runtime, programs)
-    claims = [(p.chain.ids, FusedKernel(p, built)) for p in programs]
-    taken = {i for ids, _ in claims for i in ids}
-    if all(_kernels.takes_packed(runtime, i) for i in range(runtime.device_count())):
-        claims += _transposed_matmuls(graph, taken) + _linear_relus(graph, taken)
+    claims = first + [(p.chain.ids, FusedKernel(p, built)) for p in programs]
+    taken.update(i for ids, _ in claims for i in ids)
+    if packed:
+        claims += _transposed_matmuls(graph, taken)
     claims += _loss_and_gradients(graph, taken)
     fp64 = all(runtime.has_fp64(i) for i in range(runtime.device_count()))
     claims += _multi_adams(graph, taken, fp64)

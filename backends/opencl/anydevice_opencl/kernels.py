@@ -736,11 +736,13 @@ def linear(ctx, out, x, w, b, relu_out=None):
     launches); otherwise the decomposition's kernels (transposing copy, matmul, broadcast add).
     float32 and float64 only: 16-bit floats decompose in float32 and round once. ``relu_out``
     (the graph compiler's ``relu(linear(...))``): also ``relu`` of the result, stored by the
-    packed matmul as it stores the result (else by the relu kernel after it)."""
-    if out.size == 0:
+    packed matmul as it stores the result (else by the relu kernel after it); with ``out`` None,
+    only the relu is stored (``"packedr"``: nothing reads the linear result)."""
+    dst = out if out is not None else relu_out
+    if dst.size == 0:
         return
     n, k = w.shape
-    m = out.size // n
+    m = dst.size // n
     cap = ctx.runtime.devices[ctx.index].max_work_group_size
     if (x.dtype.name == "float32" and k and cap >= codegen.MM_PACK_GROUP
             and _specialize(("mm", "float32", "packed"), m * n * k)):
@@ -751,11 +753,14 @@ def linear(ctx, out, x, w, b, relu_out=None):
                 [bp.handle, _off(bp), w.handle, _off(w), n, k])
         blocks = -(-m // codegen.MM_ROWS)
         grid = (-(-blocks // g) * panels * g, 1, 1)
-        tail = [] if relu_out is None else [relu_out.handle, _off(relu_out)]
-        _launch(ctx, ("mm", "float32", "packedb" if relu_out is None else "packedbr") + narrow, grid, (g, 1, 1),
-                [out.handle, _off(out), x.handle, _off(x), bp.handle, _off(bp), m, n, k, 0, 0, k * cw,
+        kind = "packedb" if relu_out is None else "packedr" if out is None else "packedbr"
+        tail = [relu_out.handle, _off(relu_out)] if kind == "packedbr" else []
+        _launch(ctx, ("mm", "float32", kind) + narrow, grid, (g, 1, 1),
+                [dst.handle, _off(dst), x.handle, _off(x), bp.handle, _off(bp), m, n, k, 0, 0, k * cw,
                  cw, b.handle, _off(b), len(b.shape)] + tail)
         return
+    if out is None:
+        out = ctx.empty(tuple(relu_out.shape), relu_out.dtype)
     wt = ctx.empty((k, n), w.dtype)
     permute_dims(ctx, wt, w, (1, 0))
     mm = ctx.empty(tuple(out.shape), out.dtype)
