@@ -209,3 +209,13 @@ def test_qr_gradient_of_a_wide_matrix_says_it_is_unsupported():
     t.requires_grad_(True)
     with pytest.raises(ad.UnsupportedError, match=r"qr\(\): gradients are implemented for"):
         ad.sum(la.qr(t).R).backward()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_vector_norm_of_an_order_beyond_int64_is_its_float_order(device):
+    """An int order past 2**53 is taken as its float (numpy takes no int beyond int64): the norm
+    tends to the largest magnitude, computed without overflow."""
+    x = np.array([0.5, -2.0, 1.5], np.float32)
+    got = la.vector_norm(ad.asarray(x, device=device), ord=2 ** 64).numpy()
+    np.testing.assert_allclose(got, 2.0, rtol=1e-6)
+    np.testing.assert_array_equal(got, la.vector_norm(ad.asarray(x, device=device), ord=float(2 ** 64)).numpy())

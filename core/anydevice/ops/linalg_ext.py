@@ -526,7 +526,9 @@ class _VectorOrd(Attr):
             self.fail(ctx, name, v)
         if math.isnan(v):
             self.fail(ctx, name, v, ValueError)
-        return float(v) if not isinstance(v, (int, np.integer)) else int(v)
+        if isinstance(v, (int, np.integer)) and abs(int(v)) < 2 ** 53:
+            return int(v)
+        return float(v)  # an int beyond 2**53 means its float (numpy takes no int beyond int64)
 
     def allowed(self) -> str:
         return "an int or a float (inf and -inf included)"
