@@ -335,9 +335,7 @@ def _log1p_ref(x):
 
 
 # --- activations (element-wise) --------------------------------------------------------------
-# relu's gradient reads its output (o > 0 exactly where x > 0, NaN in both cases passing none), so the
-# input need not be kept for it: a compiled relu(linear(...)) then stores only the relu
-unary("relu", lambda x: np.maximum(x, 0), cat="real", vjp=lambda xp, g, i, o: (xp.relu_grad(g, o),),
+unary("relu", lambda x: np.maximum(x, 0), cat="real", vjp=lambda xp, g, i, o: (xp.relu_grad(g, i[0]),),
       decomp=lambda xp, x: xp.maximum(x, xp.zeros_like(x)))
 
 
