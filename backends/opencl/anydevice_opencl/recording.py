@@ -189,13 +189,12 @@ class Recorded:
     """A claim replayed from its recorded launches once two consecutive runs agree (see the
     module's text); until then, or when it cannot be recorded, the claim itself runs."""
 
-    __slots__ = ("claim", "plan", "allocs", "results", "n_in", "tries", "last", "why", "__name__")
+    __slots__ = ("claim", "plan", "allocs", "results", "tries", "last", "why", "__name__")
 
     def __init__(self, claim):
         self.claim, self.plan, self.last, self.tries = claim, None, None, 0
         self.why = None  # why the claim is not recorded, once it never will be
         self.allocs = self.results = None
-        self.n_in = 0
         self.__name__ = getattr(claim, "__name__", type(claim).__name__)
 
     def __getattr__(self, name):  # the claim's own attributes (a fused kernel's program, ...)
@@ -217,7 +216,7 @@ class Recorded:
             if narrowed is not None:
                 final = _final(narrowed)
                 if final is not None:
-                    self.plan, self.allocs, self.results, self.n_in, self.last = final, run.allocs, run.results, n_in, None
+                    self.plan, self.allocs, self.results, self.last = final, run.allocs, run.results, None
                 else:  # an argument still has several candidates: the next runs tell
                     self.last = (n_in, run.allocs, run.results, narrowed)
                 return run.outs

@@ -149,7 +149,7 @@ class Launcher:
         buffers and offsets of ``arrays`` that differ from that launch's are set."""
         _, gsize, lsize, args, refs = template
         if self.owner is not template:  # another launch came between: every argument
-            self(queue, gsize, lsize, fill(template, arrays))
+            self(queue, gsize, lsize, _template_args(template, arrays))
             self.owner = template
             return
         last, put, set_ = self.last, self.put, self.set
@@ -167,7 +167,7 @@ class Launcher:
         cl.enqueue_nd_range_kernel(queue, self.kernel, gsize, lsize)
 
 
-def fill(template, arrays) -> list:
+def _template_args(template, arrays) -> list:
     """The launch arguments of a recorded launch (:meth:`Launcher.replay`) with ``arrays`` put in."""
     _, _, _, args, refs = template
     args = list(args)
