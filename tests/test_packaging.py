@@ -26,3 +26,7 @@ def test_wheel_contents(tmp_path):
     text = zipfile.ZipFile(wheel).read(ep).decode()
     assert "[anydevice.backends]" in text and "cpu = anydevice_cpu.plugin" in text
     assert not any(n.startswith(("tests/", "backends/")) for n in names)
+    from anydevice_cpu import native
+
+    if native.AVAILABLE:  # a compiler built them here: the wheel builds them too
+        assert any(n.startswith("anydevice_cpu/_native.") for n in names)

@@ -7,6 +7,7 @@ import pytest
 import anydevice as ad
 from anydevice import nn, optim
 from anydevice.nn import functional as F
+from anydevice_cpu import native
 
 rng = np.random.default_rng(7)
 
@@ -234,7 +235,13 @@ def test_softmax_grads_cpu_kernel_equals_decomposition(name, dtype, axis):
     else:
         decomposed = get_op(f"{name}_grad").decomposition(xp, g, out, axis=axis)
     assert cpu.dtype == decomposed.dtype == x.dtype and cpu.shape == x.shape
-    np.testing.assert_array_equal(cpu.numpy(), decomposed.numpy())
+    if name == "log_softmax" and dtype != "float64" and axis == -1 and native.AVAILABLE:
+        # the cpu backend's C kernel evaluates exp(out) with its own vectorized exp (within 2 ulp
+        # of numpy's, which the decomposition calls); the rest is the same arithmetic
+        tol = 1e-6 if dtype == "float32" else 2e-3
+        np.testing.assert_allclose(cpu.numpy(), decomposed.numpy(), rtol=tol, atol=tol)
+    else:
+        np.testing.assert_array_equal(cpu.numpy(), decomposed.numpy())
 
 
 @pytest.mark.parametrize("name", ["softmax", "log_softmax"])

@@ -19,6 +19,7 @@ from . import kernels_manipulation as _manipulation
 from . import kernels_nn as _nn
 from . import kernels_optim as _optim
 from . import kernels_sorting as _sorting
+from . import native as _native
 
 _HALF: set = set()
 
@@ -61,15 +62,21 @@ def _quiet(fn):
     return k
 
 
+def _to(x, dt):
+    """``x`` as an array of ``dt`` (float32 <-> float16 in C where it can)."""
+    r = _native.convert(x, dt) if type(x) is np.ndarray else None
+    return np.asarray(x, dt) if r is None else r
+
+
 def _half_via_f32(fn):
     """Run ``fn`` in float32 for float16/bfloat16 inputs and cast the result back (floating-point
     warnings silenced, as :func:`_quiet`)."""
 
     def half(a, kw, dt):
-        a = [[np.asarray(t, np.float32) for t in x] if isinstance(x, list) else
-             (np.asarray(x, np.float32) if np.asarray(x).dtype == dt else x) for x in a]
+        a = [[_to(t, _F32) for t in x] if isinstance(x, list) else
+             (_to(x, _F32) if np.asarray(x).dtype == dt else x) for x in a]
         r = np.asarray(fn(*a, **kw))
-        return r.astype(dt) if r.dtype == np.float32 else r
+        return _to(r, dt) if r.dtype == np.float32 else r
 
     quiet_half = _quiet(half)
     if _fp_state is None:
@@ -138,6 +145,9 @@ def _erf(x):
 def _astype(ctx, x, dtype, copy=True):
     if type(x) is not np.ndarray:
         x = np.asarray(x)
+    r = _native.convert(x, dtype.numpy)  # float32 <-> float16
+    if r is not None:
+        return r
     if dtype.kind in ("int", "uint") and x.dtype.kind == "f":
         with np.errstate(invalid="ignore"):
             return np.trunc(x).astype(dtype.numpy)
@@ -262,6 +272,18 @@ def _log_softmax(x, axis):
     return s - np.log(_SUM(np.exp(s), axis=axis, keepdims=True))
 
 
+def _rows_kernel(fn, log):
+    """softmax's or log_softmax's kernel: the C kernel where it applies (float32 along the last
+    axis of a C-contiguous array), else ``fn`` through :func:`_half_via_f32`."""
+    generic, native = _half_via_f32(fn), _native.softmax
+
+    def k(ctx, x, axis):
+        r = native(x, axis, log)
+        return generic(ctx, x, axis=axis) if r is None else r
+
+    return k
+
+
 def _cross_entropy(logits, labels, reduction):
     x2 = _short_rows(logits, logits.ndim - 1)
     if x2 is not None and reduction != "none":  # log(sum(exp(y))) - y[label] per row, from _exp_rows
@@ -368,6 +390,17 @@ def _prod(x, axis, keepdims, dtype=None):
     return np.multiply.reduce(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
 
 
+def _extreme(ufunc, op):
+    """The kernel of max (``np.maximum``) or min: float32 and float64 in C where they can."""
+    reduce, native = ufunc.reduce, _native.reduce
+
+    def k(ctx, x, axis, keepdims):
+        r = native(x, axis, keepdims, op)
+        return reduce(x, axis=axis, keepdims=keepdims) if r is None else r
+
+    return k
+
+
 def _reduction(fn, ufunc):
     """The kernel of sum or prod: ``_half_via_f32(fn)``, with the common case (not a 16-bit
     float) one call deep."""
@@ -376,8 +409,14 @@ def _reduction(fn, ufunc):
         return generic
     reduce, set_, reset = ufunc.reduce, _fp_state.set, _fp_state.reset
 
+    native = _native.reduce if ufunc is np.add else None
+
     def k(ctx, x, axis, keepdims, dtype=None):
         dt = x.dtype
+        if native is not None:  # float32 and float64 sums in C (numpy's pairwise sum, its bits)
+            r = native(x, axis, keepdims, 0)
+            if r is not None:
+                return r
         if dt in (_HALF or _half_dtypes()):
             return generic(ctx, x, axis=axis, keepdims=keepdims)
         token = set_(_IGNORE)
@@ -403,7 +442,9 @@ def _mean(x, axis, keepdims):
             n *= x.shape[a]
     if n == 0:
         return np.mean(x, axis=axis, keepdims=keepdims)
-    r = np.add.reduce(x, axis=axis, keepdims=keepdims)
+    r = _native.reduce(x, axis, keepdims, _native.SUM)
+    if r is None:
+        r = np.add.reduce(x, axis=axis, keepdims=keepdims)
     if type(r) is np.ndarray:
         return np.true_divide(r, np.intp(n), out=r, casting="unsafe")
     return r.dtype.type(r / np.intp(n))
@@ -479,8 +520,8 @@ _TABLE = {
     "erf": (_erf, "half"), "relu": (lambda x: np.maximum(x, np.zeros((), np.asarray(x).dtype)), "plain"),
     "sigmoid": (lambda x: 1 / (1 + np.exp(-x)), "half"), "gelu": (_gelu, "half"),
     "where": (lambda ctx, c, a, b: np.where(c, a, b), "ctx"), "clip": (_clip, "quiet"),
-    "sum": (_sum, "reduce"), "prod": (_prod, "reduce"), "max": (lambda ctx, x, axis, keepdims: np.maximum.reduce(x, axis=axis, keepdims=keepdims), "ctx"),
-    "min": (lambda ctx, x, axis, keepdims: np.minimum.reduce(x, axis=axis, keepdims=keepdims), "ctx"),
+    "sum": (_sum, "reduce"), "prod": (_prod, "reduce"), "max": (_extreme(np.maximum, _native.MAX), "ctx"),
+    "min": (_extreme(np.minimum, _native.MIN), "ctx"),
     "argmax": (_argreduce(np.argmax), "plain"), "argmin": (_argreduce(np.argmin), "plain"),
     "mean": (_mean, "half"), "var": (_var, "half"),
     "std": (_std, "half"), "any": (lambda x, axis, keepdims: np.any(x, axis=axis, keepdims=keepdims), "plain"),
@@ -497,7 +538,7 @@ _TABLE = {
     "getitem": (lambda ctx, x, key: np.asarray(x)[_numpy_key(key)], "ctx"), "setitem": (_setitem, "plain"), "take": (_take, "plain"),
     "full": (lambda shape, fill_value, dtype: np.full(shape, fill_value, dtype=dtype.numpy), "plain"),
     "arange": (_arange, "plain"), "eye": (_eye, "plain"), "linspace": (_linspace, "plain"),
-    "softmax": (_softmax, "half"), "log_softmax": (_log_softmax, "half"), "cross_entropy": (_cross_entropy, "half"),
+    "softmax": (_softmax, "rows"), "log_softmax": (_log_softmax, "rows"), "cross_entropy": (_cross_entropy, "half"),
     "layer_norm": (_layer_norm, "half"), "linear": (lambda x, w, b: np.matmul(x, w.T) + b, "half"),
 }
 
@@ -527,6 +568,8 @@ def register(kernels) -> None:
             kernels.register(name, _ufunc_kernel(fn, how == "half"))
         elif how == "ctx":
             kernels.register(name, fn)
+        elif how == "rows":
+            kernels.register(name, _rows_kernel(fn, name == "log_softmax"))
         elif how == "reduce":
             kernels.register(name, _reduction(fn, {"sum": np.add, "prod": np.multiply}[name]))
         else:

@@ -10,6 +10,7 @@ import numpy as np
 
 from anydevice.ops.indexing import to_numpy_key
 
+from . import native as _native
 from .kernels import _softmax
 
 _MAX, _MIN, _SUM = np.maximum.reduce, np.minimum.reduce, np.add.reduce
@@ -19,7 +20,9 @@ def cross_entropy_grad(logits, labels, grad, reduction):
     c = logits.shape[-1]
     if c == 0 or logits.size == 0:
         return np.zeros(logits.shape, logits.dtype)
-    p = _softmax(logits, logits.ndim - 1)  # short rows: one maximum and matrix-vector row sums
+    p = _native.softmax(logits, logits.ndim - 1, False)
+    if p is None:
+        p = _softmax(logits, logits.ndim - 1)  # short rows: one maximum and matrix-vector row sums
     p = np.ascontiguousarray(p)  # logits with classes moved last keep numpy's order: rows must be a view
     flat, lab = p.reshape(-1), labels.reshape(-1)
     if _MIN(lab) >= 0 and _MAX(lab) < c:  # each row's label, as a flat index
@@ -38,6 +41,9 @@ def cross_entropy_grad(logits, labels, grad, reduction):
 def softmax_grad(g, out, axis):
     if out.ndim == 0:
         return np.zeros_like(g)
+    r = _native.softmax_grad(g, out, axis, False)
+    if r is not None:
+        return r
     t = np.multiply(g, out)  # out * (g - sum(g * out)), each step into one buffer
     s = _SUM(t, axis=axis, keepdims=True)
     np.subtract(g, s, out=t)
@@ -48,6 +54,9 @@ def softmax_grad(g, out, axis):
 def log_softmax_grad(g, out, axis):
     if out.ndim == 0:
         return np.zeros_like(g)
+    r = _native.softmax_grad(g, out, axis, True)
+    if r is not None:
+        return r
     e = np.exp(out)  # g - exp(out) * sum(g), into one buffer
     e *= _SUM(g, axis=axis, keepdims=True)
     np.subtract(g, e, out=e)

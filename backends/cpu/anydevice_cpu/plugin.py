@@ -44,4 +44,6 @@ def anydevice_compile_graph(device_type, runtime, graph, kernels):
 def anydevice_environment(device_type):
     import numpy as np
 
-    return {"numpy": np.__version__, "processor": platform.processor() or platform.machine()}
+    from .native import STATUS
+
+    return {"numpy": np.__version__, "processor": platform.processor() or platform.machine(), "c_kernels": STATUS}

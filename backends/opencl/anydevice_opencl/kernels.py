@@ -328,15 +328,8 @@ def _elementwise_kernel(op: str):
                         _generic(ctx, p.spec[1], View.of(out), [View.of(x) for x in xs], shape)
                         return out
                     run = p.run = ctx.runtime.programs.kernel(ctx.runtime, ctx.index, p.spec, ctx.device)
-                b = out.block
-                args = [b.handle, (b.offset + out.offset) // out.dtype.itemsize]
-                for x in xs:
-                    b = x.block
-                    args.append(b.handle)
-                    args.append((b.offset + x.offset) // x.dtype.itemsize)
-                args.append(n)
-                run(ctx.stream if ctx.stream is not None else ctx.runtime.queues[ctx.index], p.grids.get(n) or p.grid(n),
-                    p.lsize, args)
+                run.arrays(ctx.stream if ctx.stream is not None else ctx.runtime.queues[ctx.index],
+                           p.grids.get(n) or p.grid(n), p.lsize, (out, *xs), n)
             return out
         shape = _broadcast_shape([x.shape for x in xs])
         out = ctx.empty(shape, p.out_dt)
@@ -352,10 +345,8 @@ def _elementwise_kernel(op: str):
         out = ctx.empty(shape, p.out_dt)
         n = math.prod(shape)
         if n:
-            ob, xb = out.block, x.block
-            run(ctx.stream if ctx.stream is not None else ctx.runtime.queues[ctx.index], p.grids.get(n) or p.grid(n),
-                p.lsize, [ob.handle, (ob.offset + out.offset) // out.dtype.itemsize,
-                          xb.handle, (xb.offset + x.offset) // x.dtype.itemsize, n])
+            run.arrays(ctx.stream if ctx.stream is not None else ctx.runtime.queues[ctx.index],
+                       p.grids.get(n) or p.grid(n), p.lsize, (out, x), n)
         return out
 
     def binary(ctx, x, y, approximate="none"):
@@ -367,11 +358,8 @@ def _elementwise_kernel(op: str):
         out = ctx.empty(shape, p.out_dt)
         n = math.prod(shape)
         if n:
-            ob, xb, yb = out.block, x.block, y.block
-            run(ctx.stream if ctx.stream is not None else ctx.runtime.queues[ctx.index], p.grids.get(n) or p.grid(n),
-                p.lsize, [ob.handle, (ob.offset + out.offset) // out.dtype.itemsize,
-                          xb.handle, (xb.offset + x.offset) // x.dtype.itemsize,
-                          yb.handle, (yb.offset + y.offset) // y.dtype.itemsize, n])
+            run.arrays(ctx.stream if ctx.stream is not None else ctx.runtime.queues[ctx.index],
+                       p.grids.get(n) or p.grid(n), p.lsize, (out, x, y), n)
         return out
 
     fn = {1: unary, 2: binary}.get(codegen.arity(op), kernel)

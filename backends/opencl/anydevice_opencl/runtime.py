@@ -142,6 +142,40 @@ class Launcher:
             i += 1
         cl.enqueue_nd_range_kernel(queue, self.kernel, gsize, lsize)
 
+    def arrays(self, queue, gsize, lsize, arrays, n: int) -> None:
+        """A launch whose arguments are each of ``arrays`` (device arrays) as its buffer and its
+        element offset, then ``n``: :meth:`__call__` without building the argument list (the
+        hot path of every element-wise op)."""
+        rec = _recording[0]
+        if rec is not None and rec[0] == threading.get_ident():
+            args = []
+            for a in arrays:
+                b = a.block
+                args += (b.handle, (b.offset + a.offset) // a.dtype.itemsize)
+            rec[1].append((self, gsize, lsize, args + [n]))
+        self.owner = None
+        last, put, set_ = self.last, self.put, self.set
+        k = 2 * len(arrays)
+        if len(last) != k + 1:
+            last[:] = [None] * (k + 1)
+        i = 0
+        for a in arrays:
+            b = a.block
+            h = b.handle
+            if last[i] is not h:
+                set_(i, h)
+                last[i] = h
+            i += 1
+            o = (b.offset + a.offset) // a.dtype.itemsize
+            if last[i] != o:
+                put(i, _LONG(o)) if put is not None else set_(i, np.int64(o))
+                last[i] = o
+            i += 1
+        if last[k] != n:
+            put(k, _LONG(n)) if put is not None else set_(k, np.int64(n))
+            last[k] = n
+        cl.enqueue_nd_range_kernel(queue, self.kernel, gsize, lsize)
+
     def replay(self, queue, template, arrays) -> None:
         """A recorded launch (:mod:`recording`): ``template`` is ``(launcher, gsize, lsize, args,
         refs)``, ``refs`` the ``(position, array index, element delta)`` of its buffer arguments,

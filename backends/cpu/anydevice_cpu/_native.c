@@ -1,0 +1,435 @@
+/* Fused float32 kernels of the cpu backend, for what numpy can only do in several passes with a
+ * call each: softmax and log_softmax along contiguous last-axis rows and their gradients, and
+ * float32 <-> float16 conversion (numpy converts element by element).
+ *
+ * Every function takes C-contiguous buffers (the Python side checks dtype, layout and sizes) and
+ * the row length n. Results do not depend on the vector width the compiler picks: sums run in
+ * SUMW fixed partial sums combined in a fixed order, and no multiply-add is contracted
+ * (-ffp-contract=off), so every clone of a function gives the same bits.
+ *
+ * exp is evaluated here rather than through libm so that the loops vectorize: the argument is
+ * split as n*ln2 + r with |r| <= ln2/2 (ln2 in two parts), e^r by a degree-7 polynomial (the
+ * Cephes coefficients), and 2^n applied in two steps so that results in the subnormal range are
+ * rounded once. Error at most 2 ulp against the exact value (tests compare with float64). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#include <immintrin.h>
+#define HAVE_F16C_PATH 1
+#else
+#define CLONES
+#define HAVE_F16C_PATH 0
+#endif
+
+#define SUMW 16
+
+static inline float bits_to_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t float_to_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+static inline float exp_f32(float x) {
+    float c = x < -104.0f ? -104.0f : x;  /* NaN compares false: it stays NaN, and is passed on below */
+    c = c > 88.8f ? 88.8f : c;
+    float t = c * 1.44269504088896341f + 12582912.0f;  /* round to nearest: 1.5 * 2^23 */
+    float fn = t - 12582912.0f;
+    float r = c - fn * 0.693359375f;
+    r = r - fn * -2.12194440e-4f;
+    float z = r * r;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * z + r + 1.0f;
+    int32_t k = (int32_t)fn;
+    int32_t k1 = k >> 1, k2 = k - k1;
+    float y = p * bits_to_float((uint32_t)(k1 + 127) << 23) * bits_to_float((uint32_t)(k2 + 127) << 23);
+    return x != x ? x : y;
+}
+
+static inline float row_max(const float *x, Py_ssize_t n) {
+    float mk[SUMW], m = x[0];
+    for (int k = 0; k < SUMW; k++) mk[k] = m;
+    Py_ssize_t j = 0;
+    for (; j + SUMW <= n; j += SUMW)
+        for (int k = 0; k < SUMW; k++) mk[k] = x[j + k] > mk[k] ? x[j + k] : mk[k];
+    for (; j < n; j++) m = x[j] > m ? x[j] : m;
+    for (int k = 0; k < SUMW; k++) m = mk[k] > m ? mk[k] : m;
+    return m;  /* NaN passes over a NaN, but the NaN's exp then makes the row NaN */
+}
+
+static inline float fixed_sum(const float *acc) {
+    float s = 0.0f;
+    for (int k = 0; k < SUMW; k++) s += acc[k];
+    return s;
+}
+
+/* Rows are taken in blocks of at most CHUNK elements (a row longer than that alone): each
+ * block's maxima and differences x - max row by row, their exponentials in one flat loop
+ * (which vectorizes however short the rows are; a row's exp loop that also sums and stores
+ * measured half as fast), then each row's sum and result. */
+#define CHUNK 4096
+
+static inline float block_sum(const float *e, Py_ssize_t n) {
+    float acc[SUMW] = {0};
+    Py_ssize_t j = 0;
+    for (; j + SUMW <= n; j += SUMW)
+        for (int k = 0; k < SUMW; k++) acc[k] += e[j + k];
+    for (int k = 0; j < n; j++, k++) acc[k] += e[j];
+    return fixed_sum(acc);
+}
+
+static inline void exp_flat(const float *d, float *e, Py_ssize_t len) {
+    for (Py_ssize_t i = 0; i < len; i++) e[i] = exp_f32(d[i]);
+}
+
+/* out = exp(x - max) * (1 / sum), or (x - max) - log(sum) (log_); e: CHUNK floats of scratch. */
+CLONES static void softmax_rows(const float *x, float *out, Py_ssize_t rows, Py_ssize_t n, int log_, float *e) {
+    Py_ssize_t per = n >= CHUNK ? 1 : CHUNK / n;
+    for (Py_ssize_t r0 = 0; r0 < rows; r0 += per) {
+        Py_ssize_t nr = rows - r0 < per ? rows - r0 : per;
+        const float *xb = x + r0 * n;
+        float *ob = out + r0 * n;
+        for (Py_ssize_t i = 0; i < nr; i++) {
+            float m = row_max(xb + i * n, n);
+            for (Py_ssize_t j = 0; j < n; j++) ob[i * n + j] = xb[i * n + j] - m;
+        }
+        if (n >= CHUNK) {  /* one long row: its exponentials in place or in pieces */
+            if (!log_) {
+                exp_flat(ob, ob, n);
+                float inv = 1.0f / block_sum(ob, n);
+                for (Py_ssize_t j = 0; j < n; j++) ob[j] *= inv;
+            } else {
+                float s = 0.0f;
+                for (Py_ssize_t j = 0; j < n; j += CHUNK) {
+                    Py_ssize_t w = n - j < CHUNK ? n - j : CHUNK;
+                    exp_flat(ob + j, e, w);
+                    s += block_sum(e, w);
+                }
+                float c = logf(s);
+                for (Py_ssize_t j = 0; j < n; j++) ob[j] -= c;
+            }
+            continue;
+        }
+        float *eb = log_ ? e : ob;
+        exp_flat(ob, eb, nr * n);
+        for (Py_ssize_t i = 0; i < nr; i++) {
+            float s = block_sum(eb + i * n, n);
+            float *o = ob + i * n;
+            if (log_) {
+                float c = logf(s);
+                for (Py_ssize_t j = 0; j < n; j++) o[j] -= c;
+            } else {
+                float inv = 1.0f / s;
+                for (Py_ssize_t j = 0; j < n; j++) o[j] *= inv;
+            }
+        }
+    }
+}
+
+/* softmax: out = y * (g - sum(g * y)); log_softmax: out = g - exp(y) * sum(g). */
+CLONES static void softmax_grad_rows(const float *g, const float *y, float *out, Py_ssize_t rows, Py_ssize_t n,
+                                     int log_) {
+    for (Py_ssize_t i = 0; i < rows; i++, g += n, y += n, out += n) {
+        float acc[SUMW] = {0};
+        Py_ssize_t j = 0;
+        if (log_) {
+            for (; j + SUMW <= n; j += SUMW)
+                for (int k = 0; k < SUMW; k++) acc[k] += g[j + k];
+            for (int k = 0; j < n; j++, k++) acc[k] += g[j];
+        } else {
+            for (; j + SUMW <= n; j += SUMW)
+                for (int k = 0; k < SUMW; k++) acc[k] += g[j + k] * y[j + k];
+            for (int k = 0; j < n; j++, k++) acc[k] += g[j] * y[j];
+        }
+        float s = fixed_sum(acc);
+        if (log_) {
+            for (j = 0; j < n; j++) out[j] = g[j] - exp_f32(y[j]) * s;
+        } else {
+            for (j = 0; j < n; j++) out[j] = y[j] * (g[j] - s);
+        }
+    }
+}
+
+/* float32 -> float16 bits, rounding to nearest even (IEEE 754), as numpy and F16C do. */
+static inline uint16_t f32_to_f16_one(float f) {
+    uint32_t u = float_to_bits(f);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a >= 0x7f800000u)  /* inf, or NaN (kept quiet) */
+        return sign | 0x7c00u | (a > 0x7f800000u ? (uint16_t)(0x200u | ((a >> 13) & 0x3ffu)) : 0);
+    if (a >= 0x477ff000u) return sign | 0x7c00u;  /* rounds to beyond 65504: inf */
+    if (a < 0x38800000u) {  /* below 2^-14: a float16 subnormal (or zero) */
+        if (a < 0x33000000u) return sign;  /* at most 2^-25: rounds to zero */
+        uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126 - e;  /* 14..24: keeps 24 - shift bits of m */
+        uint32_t h = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (h & 1u))) h++;
+        return sign | (uint16_t)h;
+    }
+    uint32_t h = ((a >> 13) - (112u << 10));  /* rebias the exponent 127 -> 15 */
+    uint32_t rem = a & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
+    return sign | (uint16_t)h;
+}
+
+static inline float f16_to_f32_one(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1f) return bits_to_float(sign | 0x7f800000u | (m << 13));
+    if (e == 0) {
+        float v = (float)m * 5.9604644775390625e-8f;  /* m * 2^-24, exact */
+        return sign ? -v : v;
+    }
+    return bits_to_float(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+#if HAVE_F16C_PATH
+__attribute__((target("avx,f16c"))) static void to_f16_f16c(const float *x, uint16_t *out, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(out + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) out[i] = f32_to_f16_one(x[i]);
+}
+
+__attribute__((target("avx,f16c"))) static void to_f32_f16c(const uint16_t *x, float *out, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
+    for (; i < n; i++) out[i] = f16_to_f32_one(x[i]);
+}
+static int f16c(void) {  /* does this CPU convert in hardware (F16C, with AVX)? */
+    static int have = -1;
+    if (have < 0) {
+        __builtin_cpu_init();
+        have = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+    }
+    return have;
+}
+#else
+static int f16c(void) { return 0; }
+#endif
+
+/* portable: the loops a CPU without F16C runs (the tests run them everywhere) */
+static void to_f16(const float *x, uint16_t *out, Py_ssize_t n, int portable) {
+#if HAVE_F16C_PATH
+    if (!portable && f16c()) { to_f16_f16c(x, out, n); return; }
+#endif
+    for (Py_ssize_t i = 0; i < n; i++) out[i] = f32_to_f16_one(x[i]);
+}
+
+static void to_f32(const uint16_t *x, float *out, Py_ssize_t n, int portable) {
+#if HAVE_F16C_PATH
+    if (!portable && f16c()) { to_f32_f16c(x, out, n); return; }
+#endif
+    for (Py_ssize_t i = 0; i < n; i++) out[i] = f16_to_f32_one(x[i]);
+}
+
+/* --- reductions ---------------------------------------------------------------------------
+ * sum, max and min of float32 / float64 over one axis of a C-contiguous array seen as (outer, k,
+ * inner): out[o, i] = the reduction over j of x[o, j, i]. Along the last axis (inner == 1) the
+ * sum is a pairwise sum in numpy's blocking (blocks of up to 128 in eight partial sums, halves
+ * above that, rounded to a multiple of 8), started from 0 as numpy's reduction is, so results
+ * are numpy's bits; along another axis rows are added in order, as numpy does. max and min
+ * return NaN where a NaN is reduced. */
+#define PW_BLOCK 128
+#define DEFINE_REDUCE(T, S)                                                                                  \
+    static T pairwise_##S(const T *a, Py_ssize_t n) {                                                        \
+        if (n < 8) {                                                                                         \
+            T r = (T)0;                                                                                      \
+            for (Py_ssize_t i = 0; i < n; i++) r += a[i];                                                    \
+            return r;                                                                                        \
+        }                                                                                                    \
+        if (n <= PW_BLOCK) {                                                                                 \
+            T r[8];                                                                                          \
+            for (int j = 0; j < 8; j++) r[j] = a[j];                                                         \
+            Py_ssize_t i = 8;                                                                                \
+            for (; i < n - n % 8; i += 8)                                                                    \
+                for (int j = 0; j < 8; j++) r[j] += a[i + j];                                                \
+            T res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));                       \
+            for (; i < n; i++) res += a[i];                                                                  \
+            return res;                                                                                      \
+        }                                                                                                    \
+        Py_ssize_t n2 = n / 2;                                                                               \
+        n2 -= n2 % 8;                                                                                        \
+        return pairwise_##S(a, n2) + pairwise_##S(a + n2, n - n2);                                           \
+    }                                                                                                        \
+    /* is b the new extreme after a (max: greater; min: less), or a NaN? */                                  \
+    static inline T pick_##S(T a, T b, int mx) { return (mx ? b > a : b < a) || b != b ? b : a; }           \
+    static T extreme_##S(const T *a, Py_ssize_t n, int mx) {                                                 \
+        T lane[SUMW], m = a[0];                                                                              \
+        for (int k = 0; k < SUMW; k++) lane[k] = m;                                                          \
+        Py_ssize_t j = 0;                                                                                    \
+        if (mx)                                                                                              \
+            for (; j + SUMW <= n; j += SUMW)                                                                 \
+                for (int k = 0; k < SUMW; k++) lane[k] = (a[j + k] > lane[k]) | (a[j + k] != a[j + k]) ? a[j + k] : lane[k]; \
+        else                                                                                                 \
+            for (; j + SUMW <= n; j += SUMW)                                                                 \
+                for (int k = 0; k < SUMW; k++) lane[k] = (a[j + k] < lane[k]) | (a[j + k] != a[j + k]) ? a[j + k] : lane[k]; \
+        for (; j < n; j++) m = pick_##S(m, a[j], mx);                                                        \
+        for (int k = 0; k < SUMW; k++) m = pick_##S(m, lane[k], mx);                                         \
+        return m;                                                                                            \
+    }                                                                                                        \
+    CLONES static void reduce_##S(const T *x, T *out, Py_ssize_t outer, Py_ssize_t k, Py_ssize_t inner, int op) { \
+        for (Py_ssize_t o = 0; o < outer; o++, x += k * inner, out += inner) {                               \
+            if (inner == 1) {                                                                                \
+                out[0] = op == 0 ? (T)0 + pairwise_##S(x, k) : extreme_##S(x, k, op == 1);                   \
+                continue;                                                                                    \
+            }                                                                                                \
+            for (Py_ssize_t i = 0; i < inner; i++) out[i] = op == 0 ? (T)0 + x[i] : x[i];                   \
+            for (Py_ssize_t j = 1; j < k; j++) {                                                             \
+                const T *r = x + j * inner;                                                                  \
+                if (op == 0)                                                                                 \
+                    for (Py_ssize_t i = 0; i < inner; i++) out[i] += r[i];                                   \
+                else if (op == 1)                                                                            \
+                    for (Py_ssize_t i = 0; i < inner; i++) out[i] = (r[i] > out[i]) | (r[i] != r[i]) ? r[i] : out[i]; \
+                else                                                                                         \
+                    for (Py_ssize_t i = 0; i < inner; i++) out[i] = (r[i] < out[i]) | (r[i] != r[i]) ? r[i] : out[i]; \
+            }                                                                                                \
+        }                                                                                                    \
+    }
+DEFINE_REDUCE(float, f32)
+DEFINE_REDUCE(double, f64)
+
+/* --- Python bindings: buffers in, results written into the last one; True, or False where the
+ * kernel does not apply (a buffer that is not C-contiguous, or empty rows) -------------------- */
+static int get(PyObject *o, Py_buffer *b, int writable) {
+    if (PyObject_GetBuffer(o, b, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) == 0) return 1;
+    if (PyErr_ExceptionMatches(PyExc_BufferError) || PyErr_ExceptionMatches(PyExc_ValueError)) {
+        PyErr_Clear();  /* not C-contiguous: the caller's numpy kernel */
+        return 0;
+    }
+    return -1;
+}
+#define GET(o, b, w, cleanup) do { int r_ = get(o, b, w); if (r_ <= 0) { cleanup; if (r_ < 0) return NULL; Py_RETURN_FALSE; } } while (0)
+
+static PyObject *py_softmax(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    /* softmax(x, out, n, log) */
+    if (nargs != 4) { PyErr_SetString(PyExc_TypeError, "softmax(x, out, n, log)"); return NULL; }
+    Py_ssize_t n = PyLong_AsSsize_t(args[2]);
+    int log_ = PyObject_IsTrue(args[3]);
+    if ((n == -1 && PyErr_Occurred()) || log_ < 0) return NULL;
+    if (n <= 0) Py_RETURN_FALSE;
+    Py_buffer bx, bo;
+    GET(args[0], &bx, 0, (void)0);
+    GET(args[1], &bo, 1, PyBuffer_Release(&bx));
+    Py_ssize_t len = bx.len / 4;
+    if (bo.len != bx.len || len % n) {
+        PyErr_SetString(PyExc_ValueError, "softmax: buffers of different sizes, or not whole rows");
+    } else {
+        float scratch[CHUNK];
+        Py_BEGIN_ALLOW_THREADS
+        softmax_rows((const float *)bx.buf, (float *)bo.buf, len / n, n, log_, scratch);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&bx);
+    PyBuffer_Release(&bo);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *py_softmax_grad(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    /* softmax_grad(g, y, out, n, log) */
+    if (nargs != 5) { PyErr_SetString(PyExc_TypeError, "softmax_grad(g, y, out, n, log)"); return NULL; }
+    Py_ssize_t n = PyLong_AsSsize_t(args[3]);
+    int log_ = PyObject_IsTrue(args[4]);
+    if ((n == -1 && PyErr_Occurred()) || log_ < 0) return NULL;
+    if (n <= 0) Py_RETURN_FALSE;
+    Py_buffer bg, by, bo;
+    GET(args[0], &bg, 0, (void)0);
+    GET(args[1], &by, 0, PyBuffer_Release(&bg));
+    GET(args[2], &bo, 1, (PyBuffer_Release(&bg), PyBuffer_Release(&by)));
+    Py_ssize_t len = bg.len / 4;
+    if (by.len != bg.len || bo.len != bg.len || len % n) {
+        PyErr_SetString(PyExc_ValueError, "softmax_grad: buffers of different sizes, or not whole rows");
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        softmax_grad_rows((const float *)bg.buf, (const float *)by.buf, (float *)bo.buf, len / n, n, log_);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&bg);
+    PyBuffer_Release(&by);
+    PyBuffer_Release(&bo);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *convert(PyObject *const *args, Py_ssize_t nargs, int to_half) {
+    /* to_f16(x, out[, portable]) / to_f32(x, out[, portable]) */
+    if (nargs != 2 && nargs != 3) { PyErr_SetString(PyExc_TypeError, "(x, out[, portable])"); return NULL; }
+    int portable = nargs == 3 ? PyObject_IsTrue(args[2]) : 0;
+    if (portable < 0) return NULL;
+    Py_buffer bx, bo;
+    GET(args[0], &bx, 0, (void)0);
+    GET(args[1], &bo, 1, PyBuffer_Release(&bx));
+    Py_ssize_t n = to_half ? bx.len / 4 : bx.len / 2;
+    if ((to_half ? bo.len / 2 : bo.len / 4) != n) {
+        PyErr_SetString(PyExc_ValueError, "conversion: buffers of different element counts");
+    } else if (to_half) {
+        Py_BEGIN_ALLOW_THREADS
+        to_f16((const float *)bx.buf, (uint16_t *)bo.buf, n, portable);
+        Py_END_ALLOW_THREADS
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        to_f32((const uint16_t *)bx.buf, (float *)bo.buf, n, portable);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&bx);
+    PyBuffer_Release(&bo);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *py_to_f16(PyObject *self, PyObject *const *args, Py_ssize_t nargs) { return convert(args, nargs, 1); }
+static PyObject *py_to_f32(PyObject *self, PyObject *const *args, Py_ssize_t nargs) { return convert(args, nargs, 0); }
+
+static PyObject *py_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    /* reduce(x, out, outer, k, inner, op, double): op 0 sum, 1 max, 2 min */
+    if (nargs != 7) { PyErr_SetString(PyExc_TypeError, "reduce(x, out, outer, k, inner, op, double)"); return NULL; }
+    Py_ssize_t outer = PyLong_AsSsize_t(args[2]), k = PyLong_AsSsize_t(args[3]), inner = PyLong_AsSsize_t(args[4]);
+    long op = PyLong_AsLong(args[5]);
+    int dbl = PyObject_IsTrue(args[6]);
+    if (PyErr_Occurred() || dbl < 0) return NULL;
+    if (outer <= 0 || k <= 0 || inner <= 0 || op < 0 || op > 2) Py_RETURN_FALSE;
+    Py_ssize_t size = dbl ? 8 : 4;
+    Py_buffer bx, bo;
+    GET(args[0], &bx, 0, (void)0);
+    GET(args[1], &bo, 1, PyBuffer_Release(&bx));
+    if (bx.len != outer * k * inner * size || bo.len != outer * inner * size) {
+        PyErr_SetString(PyExc_ValueError, "reduce: buffer sizes do not match (outer, k, inner)");
+    } else if (dbl) {
+        Py_BEGIN_ALLOW_THREADS
+        reduce_f64((const double *)bx.buf, (double *)bo.buf, outer, k, inner, (int)op);
+        Py_END_ALLOW_THREADS
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        reduce_f32((const float *)bx.buf, (float *)bo.buf, outer, k, inner, (int)op);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&bx);
+    PyBuffer_Release(&bo);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_TRUE;
+}
+
+static PyMethodDef methods[] = {
+    {"reduce", (PyCFunction)(void (*)(void))py_reduce, METH_FASTCALL,
+     "reduce(x, out, outer, k, inner, op, double): sum (op 0), max (1) or min (2) over the middle of (outer, k, inner)"},
+    {"softmax", (PyCFunction)(void (*)(void))py_softmax, METH_FASTCALL,
+     "softmax(x, out, n, log): softmax (log: log_softmax) of float32 rows of n, into out"},
+    {"softmax_grad", (PyCFunction)(void (*)(void))py_softmax_grad, METH_FASTCALL,
+     "softmax_grad(g, y, out, n, log): the gradient of softmax (log: log_softmax) from its output y"},
+    {"to_f16", (PyCFunction)(void (*)(void))py_to_f16, METH_FASTCALL,
+     "to_f16(x, out[, portable]): float32 to float16 bits, rounding to nearest even"},
+    {"to_f32", (PyCFunction)(void (*)(void))py_to_f32, METH_FASTCALL, "to_f32(x, out[, portable]): float16 bits to float32"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", "Fused float32 kernels of the cpu backend.",
+                                    -1, methods};
+
+PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }

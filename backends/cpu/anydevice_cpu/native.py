@@ -1,0 +1,105 @@
+"""The cpu backend's C kernels (``_native.c``), where the C extension was built: softmax and
+log_softmax of float32 along the last axis of a C-contiguous array and their gradients, one pass
+each where numpy needs five calls, and float32 <-> float16 conversion (numpy converts element by
+element, about 15x slower).
+
+Each function returns None where it does not apply (another dtype, axis or layout, or no
+extension), and the caller then runs its numpy kernel. ``ANYDEVICE_CPU_NATIVE=0`` turns them off
+(``AVAILABLE`` is False then); the tests run both paths."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+try:
+    from . import _native as _c
+except ImportError:  # built without a C compiler: numpy alone
+    _c = None
+    STATUS = "not built (no C compiler when installed): numpy kernels only"
+else:
+    STATUS = "built"
+if os.environ.get("ANYDEVICE_CPU_NATIVE", "1") == "0":
+    _c = None
+    STATUS = "off (ANYDEVICE_CPU_NATIVE=0): numpy kernels only"
+
+AVAILABLE = _c is not None
+_F32, _F16 = np.dtype(np.float32), np.dtype(np.float16)
+_empty, _ND = np.empty, np.ndarray
+
+
+def softmax(x, axis, log: bool):
+    """softmax (log: log_softmax) of ``x`` along ``axis``, or None. (The C function checks the
+    layout: False where a buffer is not C-contiguous or rows are empty.)"""
+    if x.dtype is _F32 and type(x) is _ND and x.ndim and axis == x.ndim - 1 and _c is not None:
+        out = _empty(x.shape, _F32)
+        if _c.softmax(x, out, x.shape[-1], log):
+            return out
+    return None
+
+
+def softmax_grad(g, y, axis, log: bool):
+    """The gradient of softmax (log: log_softmax) from its output ``y`` and the output's
+    gradient ``g``, or None."""
+    if (y.dtype is _F32 and g.dtype is _F32 and type(y) is _ND and type(g) is _ND and y.ndim
+            and axis == y.ndim - 1 and g.shape == y.shape and _c is not None):
+        if not g.flags.c_contiguous:  # a broadcast gradient (of a sum): one copy beats numpy's passes
+            g = np.ascontiguousarray(g)
+        out = _empty(y.shape, _F32)
+        if _c.softmax_grad(g, y, out, y.shape[-1], log):
+            return out
+    return None
+
+
+def convert(x, dtype):
+    """``x`` (float32 or float16) converted to ``dtype`` (float16 or float32: numpy's dtype
+    instances), or None."""
+    dt = x.dtype
+    if x.size < 64:  # numpy's own loop is as quick for a few elements
+        return None
+    if dt is _F32 and dtype is _F16 and _c is not None:
+        f = _c.to_f16
+    elif dt is _F16 and dtype is _F32 and _c is not None:
+        f = _c.to_f32
+    else:
+        return None
+    out = _empty(x.shape, dtype)
+    return out if type(x) is _ND and f(x, out) else None
+
+
+_F64 = np.dtype(np.float64)
+#: the C reductions' op codes
+SUM, MAX, MIN = 0, 1, 2
+
+
+def reduce(x, axis, keepdims, op: int):
+    """sum (op SUM), max or min of a float32 or float64 C-contiguous ``x`` over ``axis`` (None,
+    one axis, or a tuple of one or of every axis), or None (other dtypes, several but not all
+    axes, empty reductions: numpy's identity or error)."""
+    dt = x.dtype
+    if (dt is not _F32 and dt is not _F64) or type(x) is not _ND or _c is None:
+        return None
+    shape = x.shape
+    nd = len(shape)
+    if axis is None or (type(axis) is tuple and len(axis) == nd):
+        outer, k, inner = 1, x.size, 1
+        oshape = (1,) * nd if keepdims else ()
+    else:
+        if type(axis) is tuple:
+            if len(axis) != 1:
+                return None
+            axis = axis[0]
+        if type(axis) is not int or not -nd <= axis < nd:
+            return None
+        a = axis % nd
+        k = shape[a]
+        outer = inner = 1
+        for s in shape[:a]:
+            outer *= s
+        for s in shape[a + 1:]:
+            inner *= s
+        oshape = shape[:a] + (1,) + shape[a + 1:] if keepdims else shape[:a] + shape[a + 1:]
+    if not k or not outer or not inner:
+        return None
+    out = _empty(oshape, dt)
+    return out if _c.reduce(x, out, outer, k, inner, op, dt is _F64) else None

@@ -1,0 +1,161 @@
+"""The cpu backend's C kernels (``anydevice_cpu.native``) against float64 references and the
+numpy kernels they stand in for, and the numpy path that runs without them."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import anydevice as ad
+from anydevice_cpu import kernels as K
+from anydevice_cpu import kernels_train as KT
+from anydevice_cpu import native
+
+pytestmark = pytest.mark.skipif(not native.AVAILABLE, reason="the cpu backend's C kernels are not built")
+F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
+# rows shorter than the 16 partial sums, of 16, longer, and longer than a block of 4096
+SHAPES = [(1,), (5,), (4, 4), (3, 16), (7, 33), (64, 64), (256, 10), (2, 3, 17), (2, 5000), (4097,)]
+
+
+def _ref(x, log):
+    d = x.astype(np.float64)
+    d = d - d.max(-1, keepdims=True)
+    s = np.exp(d).sum(-1, keepdims=True)
+    return d - np.log(s) if log else np.exp(d) / s
+
+
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_softmax_matches_float64_and_numpy_kernel(shape, log):
+    x = (np.random.default_rng(len(shape) + shape[-1]).standard_normal(shape) * 4).astype(np.float32)
+    got = native.softmax(x, x.ndim - 1, log)
+    assert got is not None and got.dtype == F32 and got.shape == x.shape
+    np.testing.assert_allclose(got, _ref(x, log), rtol=2e-6, atol=2e-6 if log else 1e-30)  # log: rounding of x - max
+    numpy_kernel = (K._log_softmax if log else K._softmax)(x, x.ndim - 1)
+    np.testing.assert_allclose(got, numpy_kernel, rtol=1e-5, atol=1e-6 if log else 1e-30)
+
+
+def test_softmax_special_values_follow_the_numpy_kernel():
+    rows = np.array([[0.0, np.nan, 1.0], [np.inf, 0.0, 1.0], [-np.inf, 0.0, 1.0], [-np.inf, -np.inf, -np.inf],
+                     [88.0, 0.0, -200.0], [-100.0, -100.0, -190.0], [3e38, -3e38, 0.0]], np.float32)
+    for log, numpy_kernel in ((False, K._softmax), (True, K._log_softmax)):
+        with np.errstate(all="ignore"):
+            want = numpy_kernel(rows, 1)
+        np.testing.assert_array_equal(np.isnan(native.softmax(rows, 1, log)), np.isnan(want))
+        np.testing.assert_allclose(native.softmax(rows, 1, log), want, rtol=1e-6, atol=0)
+
+
+def test_exp_rounds_subnormal_results():
+    # one element at 0 and one far below: exp(-k) for k in the float32 subnormal range
+    ks = np.arange(87.0, 104.0, 0.37, dtype=np.float32)
+    rows = np.stack([np.zeros_like(ks), -ks], axis=1)
+    got = native.softmax(rows, 1, False)[:, 1].astype(np.float64)
+    want = np.exp(-ks.astype(np.float64))
+    ulp = 2.0 ** -149
+    assert np.all(np.abs(got - want) <= np.maximum(2 * ulp, 4e-7 * want))
+
+
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("shape", [(4, 4), (64, 64), (256, 10), (3, 5000)])
+def test_softmax_grad_matches_numpy_kernel(shape, log):
+    rng = np.random.default_rng(shape[-1])
+    x = rng.standard_normal(shape).astype(np.float32)
+    y = (K._log_softmax if log else K._softmax)(x, x.ndim - 1)
+    g = rng.standard_normal(shape).astype(np.float32)
+    got = native.softmax_grad(g, y, y.ndim - 1, log)
+    want = KT.log_softmax_grad(g, y, y.ndim - 1) if log else KT.softmax_grad(g, y, y.ndim - 1)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    ones = np.broadcast_to(np.float32(1), shape)  # a sum's gradient: broadcast, not contiguous
+    np.testing.assert_allclose(native.softmax_grad(ones, y, y.ndim - 1, log),
+                               (np.ones(shape, np.float32) - np.exp(y) * shape[-1]) if log else np.zeros(shape),
+                               atol=2e-5)
+
+
+def test_kernels_decline_what_they_do_not_do():
+    x = np.ones((4, 6), np.float32)
+    assert native.softmax(x.T, 1, False) is None  # not C-contiguous
+    assert native.softmax(x, 0, False) is None  # not the last axis
+    assert native.softmax(x.astype(np.float64), 1, False) is None
+    assert native.softmax(np.ones((3, 0), np.float32), 1, False) is None
+    assert native.convert(x.T, F16) is None and native.convert(x, np.dtype(np.float64)) is None
+
+
+def test_float16_to_float32_is_exact_for_every_value():
+    h = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).reshape(256, 256)
+    got = native.convert(h, F32)
+    want = h.astype(np.float32)
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan)
+    assert np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
+    portable = np.empty_like(got)  # the loop of CPUs without F16C
+    native._c.to_f32(h, portable, True)
+    assert np.array_equal(portable[~nan].view(np.uint32), want[~nan].view(np.uint32))
+
+
+def test_float32_to_float16_rounds_as_numpy():
+    bits = np.arange(0, 2 ** 32, 65537 * 3, dtype=np.uint64).astype(np.uint32)
+    edges = np.array([0x477FEFFF, 0x477FF000, 0x477FE000, 0x33000000, 0x33000001, 0x387FFFFF, 0x38800000,
+                      0x38FFFFFF, 0x7F800000, 0x7FC00000, 0x00000001, 0x3F801000, 0x3F803000], np.uint32)
+    f = np.concatenate([bits, edges, edges | 0x80000000]).view(np.float32)
+    f = np.concatenate([f, np.zeros(-f.size % 8, np.float32)])
+    with np.errstate(all="ignore"):
+        want = f.astype(np.float16)
+    got = native.convert(f, F16)
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan)
+    assert np.array_equal(got[~nan].view(np.uint16), want[~nan].view(np.uint16))
+    portable = np.empty_like(got)  # the loop of CPUs without F16C rounds the same
+    native._c.to_f16(f, portable, True)
+    assert np.array_equal(portable[~nan].view(np.uint16), want[~nan].view(np.uint16))
+
+
+def test_ops_use_them_and_differentiate():
+    x = ad.asarray(np.random.default_rng(1).standard_normal((64, 64)).astype(np.float32)).requires_grad_()
+    y = ad.softmax(x, axis=-1)
+    np.testing.assert_allclose(y.numpy(), _ref(x.numpy(), False), rtol=2e-6)
+    ad.sum(y * y).backward()
+    p = y.numpy().astype(np.float64)
+    g = 2 * p
+    np.testing.assert_allclose(x.grad.numpy(), p * (g - (g * p).sum(-1, keepdims=True)), atol=1e-6)
+    h = x.detach().astype(ad.float16)
+    assert h.dtype == ad.float16 and np.array_equal(h.numpy(), x.numpy().astype(np.float16))
+
+
+def test_numpy_path_without_them():
+    code = ("import numpy as np, anydevice as ad; from anydevice_cpu import native; assert not native.AVAILABLE; "
+            "x = ad.asarray(np.arange(12, dtype=np.float32).reshape(3, 4)); "
+            "print(float(ad.sum(ad.softmax(x, axis=-1))), x.astype(ad.float16).dtype)")
+    env = dict(os.environ, ANYDEVICE_CPU_NATIVE="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["3.0", "anydevice.float16"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_reductions_give_numpys_bits(dtype):
+    rng = np.random.default_rng(3)
+    for n in (1, 7, 8, 9, 16, 127, 128, 129, 1000, 4096, 100_003):  # numpy's pairwise blocking
+        x = rng.standard_normal(n).astype(dtype)
+        assert native.reduce(x, None, False, native.SUM) == np.add.reduce(x)
+    for shape in ((4, 4), (3, 5, 7), (1000, 3), (2, 1, 130)):
+        x = rng.standard_normal(shape).astype(dtype)
+        for axis in [None, *range(len(shape)), tuple(range(len(shape)))]:
+            for keepdims in (False, True):
+                for op, ufunc in ((native.SUM, np.add), (native.MAX, np.maximum), (native.MIN, np.minimum)):
+                    got = native.reduce(x, axis, keepdims, op)
+                    want = ufunc.reduce(x, axis=axis, keepdims=keepdims)
+                    assert got.shape == np.shape(want) and got.dtype == x.dtype
+                    np.testing.assert_array_equal(got, want)
+
+
+def test_extremes_return_nan_and_others_decline():
+    x = np.arange(40, dtype=np.float32).reshape(4, 10)
+    x[2, 3] = np.nan
+    assert np.isnan(native.reduce(x, None, False, native.MAX))
+    assert np.isnan(native.reduce(x, None, False, native.MIN))
+    np.testing.assert_array_equal(np.isnan(native.reduce(x, 1, False, native.MAX)), [False, False, True, False])
+    np.testing.assert_array_equal(np.isnan(native.reduce(x, 0, False, native.MIN)), np.arange(10) == 3)
+    assert native.reduce(np.zeros((0, 3), np.float32), 0, False, native.MAX) is None  # numpy's error
+    assert native.reduce(np.zeros((3, 4, 5), np.float32), (0, 2), False, native.SUM) is None
+    assert native.reduce(np.zeros((3, 4), np.int64), None, False, native.SUM) is None
+    assert native.reduce(np.zeros((3, 4), np.float32).T, None, False, native.SUM) is None
