@@ -159,3 +159,20 @@ def test_extremes_return_nan_and_others_decline():
     assert native.reduce(np.zeros((3, 4, 5), np.float32), (0, 2), False, native.SUM) is None
     assert native.reduce(np.zeros((3, 4), np.int64), None, False, native.SUM) is None
     assert native.reduce(np.zeros((3, 4), np.float32).T, None, False, native.SUM) is None
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_var_std_and_mean_of_whole_arrays_give_numpys_bits(dtype):
+    rng = np.random.default_rng(5)
+    for shape in ((1,), (4, 4), (7,), (9,), (130,), (64, 64), (3, 5, 7), (100_003,)):
+        x = (rng.standard_normal(shape) * 3 + 1).astype(dtype)
+        for correction in (0, 1):
+            if correction >= x.size:
+                continue
+            v = native.var(x, correction)
+            assert type(v) is dtype and v == np.var(x, ddof=correction)
+            assert K._std(x, None, False, correction) == np.std(x, ddof=correction)
+        m = K._mean(x, None, False)
+        assert type(m) is dtype and m == np.mean(x)
+    assert native.var(np.ones(3, dtype), 3) is None  # no degrees of freedom left: numpy's warning and NaN
+    assert native.var(np.ones((3, 4), dtype).T, 0) is None

@@ -237,7 +237,13 @@ static void to_f32(const uint16_t *x, float *out, Py_ssize_t n, int portable) {
  * are numpy's bits; along another axis rows are added in order, as numpy does. max and min
  * return NaN where a NaN is reduced. */
 #define PW_BLOCK 128
+#define EXW 64  /* lanes of the max/min and NaN scans: four vectors in flight (their order does not matter) */
 #define DEFINE_REDUCE(T, S)                                                                                  \
+    static inline T fixed_sum_ex_##S(const T *acc) {                                                         \
+        T s = 0;                                                                                             \
+        for (int k = 0; k < EXW; k++) s += acc[k];                                                           \
+        return s;                                                                                            \
+    }                                                                                                        \
     static T pairwise_##S(const T *a, Py_ssize_t n) {                                                        \
         if (n < 8) {                                                                                         \
             T r = (T)0;                                                                                      \
@@ -260,24 +266,69 @@ static void to_f32(const uint16_t *x, float *out, Py_ssize_t n, int portable) {
     }                                                                                                        \
     /* is b the new extreme after a (max: greater; min: less), or a NaN? */                                  \
     static inline T pick_##S(T a, T b, int mx) { return (mx ? b > a : b < a) || b != b ? b : a; }           \
-    static T extreme_##S(const T *a, Py_ssize_t n, int mx) {                                                 \
-        T lane[SUMW], m = a[0];                                                                              \
-        for (int k = 0; k < SUMW; k++) lane[k] = m;                                                          \
+    /* the pairwise sum of (a[i] - m)^2, each difference and square rounded as numpy's var rounds \
+     * its arrays x - mean and x * x */                                                                  \
+    static T pairwise_sq_##S(const T *a, Py_ssize_t n, T m) {                                                \
+        if (n < 8) {                                                                                         \
+            T r = (T)0;                                                                                      \
+            for (Py_ssize_t i = 0; i < n; i++) { T d = a[i] - m; r += d * d; }                               \
+            return r;                                                                                        \
+        }                                                                                                    \
+        if (n <= PW_BLOCK) {                                                                                 \
+            T r[8];                                                                                          \
+            for (int j = 0; j < 8; j++) { T d = a[j] - m; r[j] = d * d; }                                    \
+            Py_ssize_t i = 8;                                                                                \
+            for (; i < n - n % 8; i += 8)                                                                    \
+                for (int j = 0; j < 8; j++) { T d = a[i + j] - m; r[j] += d * d; }                           \
+            T res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));                       \
+            for (; i < n; i++) { T d = a[i] - m; res += d * d; }                                             \
+            return res;                                                                                      \
+        }                                                                                                    \
+        Py_ssize_t n2 = n / 2;                                                                               \
+        n2 -= n2 % 8;                                                                                        \
+        return pairwise_sq_##S(a, n2, m) + pairwise_sq_##S(a + n2, n - n2, m);                               \
+    }                                                                                                        \
+    /* np.var of a whole array: the mean (its sum divided by n in float64, rounded to T), the sum of \
+     * squared deviations, divided by n - correction in float64 */                                         \
+    CLONES static T var_##S(const T *a, Py_ssize_t n, double correction) {                                   \
+        T mean = (T)((double)((T)0 + pairwise_##S(a, n)) / (double)n);                                       \
+        return (T)((double)((T)0 + pairwise_sq_##S(a, n, mean)) / ((double)n - correction));                 \
+    }                                                                                                        \
+    /* does a hold a NaN or an infinity? (x * 0 is NaN for both; summed in EXW lanes) */           \
+    static int special_##S(const T *a, Py_ssize_t n) {                                                       \
+        T lane[EXW] = {0};                                                                                  \
         Py_ssize_t j = 0;                                                                                    \
+        for (; j + EXW <= n; j += EXW)                                                                     \
+            for (int k = 0; k < EXW; k++) lane[k] += a[j + k] * (T)0;                                       \
+        T t = fixed_sum_ex_##S(lane);                                                                           \
+        for (; j < n; j++) t += a[j] * (T)0;                                                                 \
+        return t != t;                                                                                       \
+    }                                                                                                        \
+    /* max (mx) or min of a[0..n): without NaNs, the compare-and-select that vectorizes as one      \
+     * max/min instruction; with them (nan), a NaN wins every comparison */                               \
+    static T extreme_##S(const T *a, Py_ssize_t n, int mx, int nan) {                                        \
+        T lane[EXW], m = a[0];                                                                              \
+        for (int k = 0; k < EXW; k++) lane[k] = m;                                                          \
+        Py_ssize_t j = 0;                                                                                    \
+        if (nan) {                                                                                           \
+            for (; j < n; j++) m = pick_##S(m, a[j], mx);                                                    \
+            return m;                                                                                        \
+        }                                                                                                    \
         if (mx)                                                                                              \
-            for (; j + SUMW <= n; j += SUMW)                                                                 \
-                for (int k = 0; k < SUMW; k++) lane[k] = (a[j + k] > lane[k]) | (a[j + k] != a[j + k]) ? a[j + k] : lane[k]; \
+            for (; j + EXW <= n; j += EXW)                                                                 \
+                for (int k = 0; k < EXW; k++) lane[k] = a[j + k] > lane[k] ? a[j + k] : lane[k];            \
         else                                                                                                 \
-            for (; j + SUMW <= n; j += SUMW)                                                                 \
-                for (int k = 0; k < SUMW; k++) lane[k] = (a[j + k] < lane[k]) | (a[j + k] != a[j + k]) ? a[j + k] : lane[k]; \
+            for (; j + EXW <= n; j += EXW)                                                                 \
+                for (int k = 0; k < EXW; k++) lane[k] = a[j + k] < lane[k] ? a[j + k] : lane[k];            \
         for (; j < n; j++) m = pick_##S(m, a[j], mx);                                                        \
-        for (int k = 0; k < SUMW; k++) m = pick_##S(m, lane[k], mx);                                         \
+        for (int k = 0; k < EXW; k++) m = pick_##S(m, lane[k], mx);                                         \
         return m;                                                                                            \
     }                                                                                                        \
     CLONES static void reduce_##S(const T *x, T *out, Py_ssize_t outer, Py_ssize_t k, Py_ssize_t inner, int op) { \
+        int nan = op != 0 && special_##S(x, outer * k * inner);                                              \
         for (Py_ssize_t o = 0; o < outer; o++, x += k * inner, out += inner) {                               \
             if (inner == 1) {                                                                                \
-                out[0] = op == 0 ? (T)0 + pairwise_##S(x, k) : extreme_##S(x, k, op == 1);                   \
+                out[0] = op == 0 ? (T)0 + pairwise_##S(x, k) : extreme_##S(x, k, op == 1, nan);              \
                 continue;                                                                                    \
             }                                                                                                \
             for (Py_ssize_t i = 0; i < inner; i++) out[i] = op == 0 ? (T)0 + x[i] : x[i];                   \
@@ -285,10 +336,12 @@ static void to_f32(const uint16_t *x, float *out, Py_ssize_t n, int portable) {
                 const T *r = x + j * inner;                                                                  \
                 if (op == 0)                                                                                 \
                     for (Py_ssize_t i = 0; i < inner; i++) out[i] += r[i];                                   \
+                else if (nan)                                                                                \
+                    for (Py_ssize_t i = 0; i < inner; i++) out[i] = pick_##S(out[i], r[i], op == 1);         \
                 else if (op == 1)                                                                            \
-                    for (Py_ssize_t i = 0; i < inner; i++) out[i] = (r[i] > out[i]) | (r[i] != r[i]) ? r[i] : out[i]; \
+                    for (Py_ssize_t i = 0; i < inner; i++) out[i] = r[i] > out[i] ? r[i] : out[i];           \
                 else                                                                                         \
-                    for (Py_ssize_t i = 0; i < inner; i++) out[i] = (r[i] < out[i]) | (r[i] != r[i]) ? r[i] : out[i]; \
+                    for (Py_ssize_t i = 0; i < inner; i++) out[i] = r[i] < out[i] ? r[i] : out[i];           \
             }                                                                                                \
         }                                                                                                    \
     }
@@ -416,7 +469,30 @@ static PyObject *py_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nar
     Py_RETURN_TRUE;
 }
 
+static PyObject *py_var(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    /* var(x, correction, double) -> float: np.var of the whole of x */
+    if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "var(x, correction, double)"); return NULL; }
+    double correction = PyFloat_AsDouble(args[1]);
+    int dbl = PyObject_IsTrue(args[2]);
+    if ((correction == -1.0 && PyErr_Occurred()) || dbl < 0) return NULL;
+    Py_buffer bx;
+    int r = get(args[0], &bx, 0);
+    if (r <= 0) { if (r < 0) return NULL; Py_RETURN_NONE; }
+    Py_ssize_t n = bx.len / (dbl ? 8 : 4);
+    double v = 0.0;
+    if (n > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        v = dbl ? var_f64((const double *)bx.buf, n, correction) : (double)var_f32((const float *)bx.buf, n, correction);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&bx);
+    if (n <= 0) Py_RETURN_NONE;
+    return PyFloat_FromDouble(v);
+}
+
 static PyMethodDef methods[] = {
+    {"var", (PyCFunction)(void (*)(void))py_var, METH_FASTCALL,
+     "var(x, correction, double): np.var of all of x (float32 or float64), or None where x is not C-contiguous or empty"},
     {"reduce", (PyCFunction)(void (*)(void))py_reduce, METH_FASTCALL,
      "reduce(x, out, outer, k, inner, op, double): sum (op 0), max (1) or min (2) over the middle of (outer, k, inner)"},
     {"softmax", (PyCFunction)(void (*)(void))py_softmax, METH_FASTCALL,

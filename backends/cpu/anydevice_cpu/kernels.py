@@ -363,12 +363,18 @@ def _make_complex(re, im):
 
 
 def _var(x, axis, keepdims, correction):
-    """np.var; a float32 variance of a whole contiguous array of at most 2**20 elements as np.var
-    computes it (the mean, the deviations, their squares summed, divided by n - correction), the
-    sum of squares one BLAS dot product instead of a multiply and a sum (beyond that size numpy's
-    pairwise sum keeps the rounding smaller, and the call's overhead no longer matters)."""
+    """np.var; of a whole float32 or float64 array in C where it can (numpy's formula and bits:
+    :func:`native.var`), else a float32 variance of a whole contiguous array of at most 2**20
+    elements as np.var computes it (the mean, the deviations, their squares summed, divided by
+    n - correction), the sum of squares one BLAS dot product instead of a multiply and a sum
+    (beyond that size numpy's pairwise sum keeps the rounding smaller, and the call's overhead no
+    longer matters)."""
     n = x.size
     whole = axis is None or (type(axis) is tuple and len(axis) == x.ndim)  # canon lists every axis once
+    if whole:
+        v = _native.var(x, correction)
+        if v is not None:
+            return np.reshape(v, (1,) * x.ndim) if keepdims else v
     if not whole or x.dtype is not _F32 or not correction < n <= 1 << 20 or not x.flags.c_contiguous:
         return np.var(x, axis=axis, keepdims=keepdims, ddof=correction)
     d = np.subtract(x.reshape(-1), np.float32(_SUM(x, axis=None) / np.intp(n)))
@@ -378,6 +384,11 @@ def _var(x, axis, keepdims, correction):
 
 
 def _std(x, axis, keepdims, correction):
+    if axis is None or (type(axis) is tuple and len(axis) == x.ndim):
+        v = _native.var(x, correction)  # np.std is the square root of np.var, rounded in its dtype
+        if v is not None:
+            v = np.sqrt(v)
+            return np.reshape(v, (1,) * x.ndim) if keepdims else v
     return np.std(x, axis=axis, keepdims=keepdims, ddof=correction)
 
 
@@ -445,6 +456,8 @@ def _mean(x, axis, keepdims):
     r = _native.reduce(x, axis, keepdims, _native.SUM)
     if r is None:
         r = np.add.reduce(x, axis=axis, keepdims=keepdims)
+    elif not r.ndim:  # np.mean's float64 division by the count, rounded to the dtype, without the ufunc
+        return r.dtype.type(float(r) / n)
     if type(r) is np.ndarray:
         return np.true_divide(r, np.intp(n), out=r, casting="unsafe")
     return r.dtype.type(r / np.intp(n))

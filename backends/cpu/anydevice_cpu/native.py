@@ -103,3 +103,13 @@ def reduce(x, axis, keepdims, op: int):
         return None
     out = _empty(oshape, dt)
     return out if _c.reduce(x, out, outer, k, inner, op, dt is _F64) else None
+
+
+def var(x, correction):
+    """np.var of the whole of ``x`` (float32 or float64, C-contiguous, more elements than
+    ``correction``), with numpy's bits, as a numpy scalar; or None."""
+    dt = x.dtype
+    if (dt is not _F32 and dt is not _F64) or type(x) is not _ND or _c is None or not correction < x.size:
+        return None
+    v = _c.var(x, float(correction), dt is _F64)
+    return None if v is None else dt.type(v)
