@@ -78,7 +78,9 @@ def test_kernels_decline_what_they_do_not_do():
     assert native.softmax(x, 0, False) is None  # not the last axis
     assert native.softmax(x.astype(np.float64), 1, False) is None
     assert native.softmax(np.ones((3, 0), np.float32), 1, False) is None
-    assert native.convert(x.T, F16) is None and native.convert(x, np.dtype(np.float64)) is None
+    assert native.convert(x, np.dtype(np.float64)) is None and native.convert(x[:2, :2], F16) is None  # few elements
+    big = np.arange(400, dtype=np.float32).reshape(20, 20)
+    assert np.array_equal(native.convert(big.T, F16), big.T.astype(np.float16))  # strided: copied first
 
 
 def test_float16_to_float32_is_exact_for_every_value():

@@ -63,8 +63,12 @@ def convert(x, dtype):
         f = _c.to_f32
     else:
         return None
+    if type(x) is not _ND:
+        return None
+    if not x.flags.c_contiguous:  # a broadcast gradient (of a sum): a copy and C beat numpy's strided loop
+        x = np.ascontiguousarray(x)
     out = _empty(x.shape, dtype)
-    return out if type(x) is _ND and f(x, out) else None
+    return out if f(x, out) else None
 
 
 _F64 = np.dtype(np.float64)
