@@ -83,6 +83,9 @@ def reduce(x, axis, keepdims, op: int):
     dt = x.dtype
     if (dt is not _F32 and dt is not _F64) or type(x) is not _ND or _c is None:
         return None
+    if axis is None and not keepdims:  # the common case, spelled out
+        out = _empty((), dt)
+        return out if x.size and _c.reduce(x, out, 1, x.size, 1, op, dt is _F64) else None
     shape = x.shape
     nd = len(shape)
     if axis is None or (type(axis) is tuple and len(axis) == nd):

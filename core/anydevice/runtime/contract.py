@@ -151,16 +151,18 @@ class KernelContext:
     """First argument of every kernel: the runtime, the *physical* device index the runtime
     knows (``index``), and the user-visible :class:`~anydevice.devices.Device` (``device``)."""
 
-    __slots__ = ("runtime", "index", "device", "_backend", "stream")
+    __slots__ = ("runtime", "index", "device", "_backend", "stream", "empty")
 
     def __init__(self, runtime, index: int, device, backend):
         self.runtime, self.index, self.device, self._backend = runtime, index, device, backend
         #: The runtime's handle of the current stream on this device (None: the default stream);
         #: kept up to date by the core when the current stream changes.
         self.stream = None
+        #: ``empty(shape, dtype)``: allocate an output buffer on this device (a DeviceArray). The
+        #: core's Backend puts its allocator's own function here (the hot path of every device op).
+        self.empty = self._empty
 
-    def empty(self, shape: tuple, dtype: DType):
-        """Allocate an output buffer on this device."""
+    def _empty(self, shape: tuple, dtype: DType):
         return self._backend.empty(self.device.index, shape if type(shape) is tuple else tuple(shape), dtype)
 
     def empty_many(self, specs) -> list:

@@ -83,8 +83,12 @@ class Backend:
         self._default: list = [None] * self.count     # default Stream per device, made on first use
         self._dtypes = [None] * self.count
         self.contexts = [KernelContext(runtime, p, self.devices[i], self) for i, p in enumerate(self.physical)]
-        for d, c in zip(self.devices, self.contexts):
+        #: per device, its allocator's ``empty(shape, dtype)`` (also each context's ``empty``)
+        self._empties = [self._allocating(i, c) for i, c in enumerate(self.contexts)] if not self.own_storage else []
+        for d, c, e in zip(self.devices, self.contexts, self._empties or [None] * self.count):
             d._ctx = c
+            if e is not None:
+                c.empty = e
         self.plans: dict = {}
 
     def _visible(self, total: int) -> list[int]:
@@ -151,13 +155,24 @@ class Backend:
     def empty(self, index: int, shape: tuple, dtype):
         if self.own_storage:
             return self.runtime.empty(self.phys(index), shape, dtype)
-        n = dtype.itemsize
-        for s in shape:
-            n *= s
-        block = self.allocators[index].allocate(n or 1, self.contexts[index].stream)
-        a = _new_array(DeviceArray)  # the hot path of every device op: skip __init__
-        a.block, a.shape, a.dtype, a.offset = block, shape, dtype, 0
-        return a
+        return self._empties[index](shape, dtype)
+
+    def _allocating(self, index: int, ctx):
+        """Device ``index``'s ``ctx.empty``: its allocator's block as a DeviceArray, in one call
+        (the hot path of every device op)."""
+        allocate = self.allocators[index].allocate
+
+        def empty(shape, dtype):
+            if type(shape) is not tuple:
+                shape = tuple(shape)
+            n = dtype.itemsize
+            for s in shape:
+                n *= s
+            a = _new_array(DeviceArray)  # skip __init__
+            a.block, a.shape, a.dtype, a.offset = allocate(n or 1, ctx.stream), shape, dtype, 0
+            return a
+
+        return empty
 
     def empty_many(self, index: int, specs) -> list:
         """Arrays of ``specs`` (``(shape, dtype)`` pairs) carved from ONE allocation, each at an
