@@ -8,6 +8,7 @@ extension), and the caller then runs its numpy kernel. ``ANYDEVICE_CPU_NATIVE=0`
 (``AVAILABLE`` is False then); the tests run both paths."""
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -86,10 +87,29 @@ def reduce(x, axis, keepdims, op: int):
     if axis is None and not keepdims:  # the common case, spelled out
         out = _empty((), dt)
         return out if x.size and _c.reduce(x, out, 1, x.size, 1, op, dt is _F64) else None
-    shape = x.shape
+    key = (x.shape, axis, keepdims)
+    g = _GEOMETRY.get(key)
+    if g is None:
+        g = _geometry(x.shape, axis, keepdims)
+        if len(_GEOMETRY) > 4096:
+            _GEOMETRY.clear()
+        _GEOMETRY[key] = g
+    if g is None:
+        return None
+    oshape, outer, k, inner = g
+    out = _empty(oshape, dt)
+    return out if _c.reduce(x, out, outer, k, inner, op, dt is _F64) else None
+
+
+_GEOMETRY: dict = {}  # (shape, axis, keepdims) -> _geometry(...)
+
+
+def _geometry(shape, axis, keepdims):
+    """``(result shape, outer, k, inner)`` of reducing ``shape`` over ``axis`` as (outer, k,
+    inner), or None where :func:`reduce` does not apply."""
     nd = len(shape)
     if axis is None or (type(axis) is tuple and len(axis) == nd):
-        outer, k, inner = 1, x.size, 1
+        outer, k, inner = 1, math.prod(shape), 1
         oshape = (1,) * nd if keepdims else ()
     else:
         if type(axis) is tuple:
@@ -99,17 +119,11 @@ def reduce(x, axis, keepdims, op: int):
         if type(axis) is not int or not -nd <= axis < nd:
             return None
         a = axis % nd
-        k = shape[a]
-        outer = inner = 1
-        for s in shape[:a]:
-            outer *= s
-        for s in shape[a + 1:]:
-            inner *= s
+        outer, k, inner = math.prod(shape[:a]), shape[a], math.prod(shape[a + 1:])
         oshape = shape[:a] + (1,) + shape[a + 1:] if keepdims else shape[:a] + shape[a + 1:]
     if not k or not outer or not inner:
         return None
-    out = _empty(oshape, dt)
-    return out if _c.reduce(x, out, outer, k, inner, op, dt is _F64) else None
+    return oshape, outer, k, inner
 
 
 def var(x, correction):
