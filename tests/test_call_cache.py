@@ -241,3 +241,16 @@ def test_a_kernel_out_of_memory_on_a_cached_call_is_anydevices_error(monkeypatch
     monkeypatch.setattr(entry, "run", dispatch._runner(ad.api.op("sum"), entry))  # the hit, built on the kernel
     with pytest.raises(ad.OutOfMemoryError, match=r"sum\(\): cpu:0 ran out of memory for a result of shape \(\) \(float32\)"):
         ad.sum(x)
+
+
+@pytest.mark.parametrize("order", [1, -1])
+def test_equal_fill_values_of_other_types_keep_their_dtypes(order):
+    # False == 0 == 0.0 == -0.0 == 0j: the cached dtype rule must tell them apart, in any order
+    values = [False, 0, 0.0, -0.0, 0j, True, 1, 1.0][::order]
+    want = {bool: ad.bool, int: ad.int64, float: ad.float32, complex: ad.complex64}
+    for _ in range(2):
+        for v in values:
+            t = ad.full((2,), v)
+            assert t.dtype == want[type(v)], (v, t.dtype)
+            assert t.tolist() == [v, v]
+    assert np.signbit(ad.full((2,), -0.0).numpy()).all() and not np.signbit(ad.full((2,), 0.0).numpy()).any()

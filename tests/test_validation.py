@@ -238,6 +238,7 @@ def test_a_numpy_memory_error_becomes_out_of_memory(monkeypatch):
         raise MemoryError("Unable to allocate 4.00 KiB")
 
     monkeypatch.setattr(np, "full", refuse)
+    monkeypatch.setattr(np, "zeros", refuse)  # the cpu kernel of a zero fill
     with pytest.raises(ad.OutOfMemoryError, match=r"^full\(\): cpu:0 ran out of memory for a result of shape \(1000,\)"):
         ad.zeros((1000,))
     monkeypatch.undo()

@@ -757,12 +757,17 @@ def _check_empty_size(name: str, shape, dtype) -> None:
                          f"exceed {MAX_SIZE} bytes, even though it is empty")
 
 
+def _types_of(values) -> tuple:
+    """The types of ``values``, a sequence's element types with it (``(1, 2.0)`` is not ``(1, 2)``)."""
+    return tuple((t, _types_of(v)) if (t := type(v)) is tuple or t is list else t for v in values)
+
+
 def _dtypes_of(op, in_dtypes, attrs):
     """The op's dtype rule and category check, cached per (input dtypes, attribute values) when
     every attribute value is plain (never a tensor: a cache must not keep device memory alive)."""
     values = tuple(attrs.values())
-    if _plain(values):
-        key = (tuple(in_dtypes), values)
+    if _plain(values):  # with the values' types: False == 0 == 0.0 == 0j, but their dtypes differ
+        key = (tuple(in_dtypes), values, _types_of(values))
         hit = op.dtype_cache.get(key)
     else:
         key = hit = None
@@ -871,7 +876,8 @@ def _execute(op, inputs, attrs, device, compute, out_shape, out_dtype):
     if path == DECOMPOSED:
         # a decomposition may need the CPU for some attribute values only (gelu's erf form on a
         # device without erf, not its tanh form): such a fallback is remembered per attribute values
-        akey = (key, tuple(attrs.values())) if op.attrs and all(_plain(v) for v in attrs.values()) else None
+        akey = ((key, tuple(attrs.values()), _types_of(attrs.values())) if op.attrs and all(_plain(v) for v in attrs.values())
+                else None)
         if akey is not None and akey in op.plans:
             return _fallback(op, inputs, attrs, device), FALLBACK
         if depth > 0:
