@@ -147,3 +147,14 @@ def test_errors_name_the_op_and_what_is_allowed(dev, k):
         pytest.skip(f"{dev} has no complex64")
     with pytest.raises(exc, match=msg):
         call(dev)
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_an_empty_batch_with_a_huge_length_is_empty_everywhere(dev):
+    # the result holds nothing, so no device may build the decomposition's 2**40-long intermediates
+    if not _supports(dev, ad.complex64):
+        pytest.skip(f"{dev} has no complex dtypes")
+    x = ad.zeros((2, 0, 3), dtype=ad.complex64, device=dev)
+    r = ad.fft.hfft(x, n=2 ** 40)
+    assert r.shape == (2, 0, 2 ** 40) and r.dtype == ad.float32 and r.device == ad.device.as_device(dev)
+    assert ad.fft.irfft(x, n=2 ** 40).shape == (2, 0, 2 ** 40)

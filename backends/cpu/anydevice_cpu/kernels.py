@@ -401,7 +401,8 @@ def _std(x, axis, keepdims, correction):
 
 # Reductions call the ufunc's reduce, as np.sum / np.max do, without their Python layers.
 def _sum(x, axis, keepdims, dtype=None):
-    return np.add.reduce(x, axis=axis, keepdims=keepdims, dtype=x.dtype)  # numpy would widen small ints
+    r = _native.reduce(x, axis, keepdims, _native.SUM)  # float32/float64 (16-bit floats arrive as float32)
+    return np.add.reduce(x, axis=axis, keepdims=keepdims, dtype=x.dtype) if r is None else r  # numpy would widen small ints
 
 
 def _prod(x, axis, keepdims, dtype=None):
