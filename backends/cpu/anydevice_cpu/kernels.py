@@ -377,7 +377,7 @@ def _var(x, axis, keepdims, correction):
     (beyond that size numpy's pairwise sum keeps the rounding smaller, and the call's overhead no
     longer matters)."""
     n = x.size
-    whole = axis is None or (type(axis) is tuple and len(axis) == x.ndim)  # canon lists every axis once
+    whole = _whole(x, axis)
     if whole:
         v = _native.var(x, correction)
         if v is not None:
@@ -390,8 +390,13 @@ def _var(x, axis, keepdims, correction):
     return np.reshape(v, (1,) * x.ndim) if keepdims else v
 
 
+def _whole(x, axis) -> bool:
+    """Does ``axis`` reduce all of ``x``? (canon lists every axis once)"""
+    return axis is None or (type(axis) is tuple and len(axis) == x.ndim)
+
+
 def _std(x, axis, keepdims, correction):
-    if axis is None or (type(axis) is tuple and len(axis) == x.ndim):
+    if _whole(x, axis):
         v = _native.var(x, correction)  # np.std is the square root of np.var, rounded in its dtype
         if v is not None:
             v = np.sqrt(v)
@@ -433,7 +438,7 @@ def _reduction(fn, ufunc):
     def k(ctx, x, axis, keepdims, dtype=None):
         dt = x.dtype
         if native is not None:  # float32 and float64 sums in C (numpy's pairwise sum, its bits)
-            r = native(x, axis, keepdims, 0)
+            r = native(x, axis, keepdims, _native.SUM)
             if r is not None:
                 return r
         if dt in (_HALF or _half_dtypes()):

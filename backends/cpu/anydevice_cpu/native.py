@@ -1,7 +1,8 @@
 """The cpu backend's C kernels (``_native.c``), where the C extension was built: softmax and
 log_softmax of float32 along the last axis of a C-contiguous array and their gradients, one pass
-each where numpy needs five calls, and float32 <-> float16 conversion (numpy converts element by
-element, about 15x slower).
+each where numpy needs five calls; float32 <-> float16 conversion (numpy converts element by
+element, about 15x slower); and sum, max, min and whole-array var of float32/float64 with
+numpy's pairwise sum and formulas (the same bits, without numpy's per-call layers).
 
 Each function returns None where it does not apply (another dtype, axis or layout, or no
 extension), and the caller then runs its numpy kernel. ``ANYDEVICE_CPU_NATIVE=0`` turns them off

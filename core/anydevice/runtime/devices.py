@@ -83,12 +83,12 @@ class Backend:
         self._default: list = [None] * self.count     # default Stream per device, made on first use
         self._dtypes = [None] * self.count
         self.contexts = [KernelContext(runtime, p, self.devices[i], self) for i, p in enumerate(self.physical)]
-        #: per device, its allocator's ``empty(shape, dtype)`` (also each context's ``empty``)
-        self._empties = [self._allocating(i, c) for i, c in enumerate(self.contexts)] if not self.own_storage else []
-        for d, c, e in zip(self.devices, self.contexts, self._empties or [None] * self.count):
+        for d, c in zip(self.devices, self.contexts):
             d._ctx = c
-            if e is not None:
-                c.empty = e
+        #: per device, its allocator's ``empty(shape, dtype)``, also its context's ``empty``
+        self._empties = [] if self.own_storage else [self._allocating(i, c) for i, c in enumerate(self.contexts)]
+        for c, e in zip(self.contexts, self._empties):
+            c.empty = e
         self.plans: dict = {}
 
     def _visible(self, total: int) -> list[int]:
