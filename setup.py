@@ -1,8 +1,14 @@
-"""The cpu backend's optional C kernels (``anydevice_cpu._native``); everything else is in
-pyproject.toml. Without a C compiler the build skips them and the backend uses numpy alone."""
+"""The optional C extensions; everything else is in pyproject.toml. Without a C compiler the build
+skips them: the cpu backend then uses numpy alone and the dispatcher its Python hit path.
+
+- ``anydevice_cpu._native``: the cpu backend's C kernels;
+- ``anydevice.engine._hit``: the dispatcher's call-cache hit.
+"""
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension(
-    "anydevice_cpu._native", sources=["backends/cpu/anydevice_cpu/_native.c"], optional=True,
-    extra_compile_args=["-O3", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math"],
-)])
+setup(ext_modules=[
+    Extension("anydevice_cpu._native", sources=["backends/cpu/anydevice_cpu/_native.c"], optional=True,
+              extra_compile_args=["-O3", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math"]),
+    Extension("anydevice.engine._hit", sources=["core/anydevice/engine/_hit.c"], optional=True,
+              extra_compile_args=["-O2"]),
+])

@@ -178,3 +178,72 @@ def test_var_std_and_mean_of_whole_arrays_give_numpys_bits(dtype):
         assert type(m) is dtype and m == np.mean(x)
     assert native.var(np.ones(3, dtype), 3) is None  # no degrees of freedom left: numpy's warning and NaN
     assert native.var(np.ones((3, 4), dtype).T, 0) is None
+
+
+# --- the kernel call wrappers (plain, quiet, extreme) -------------------------------------------
+def _extreme_cases():
+    rng = np.random.default_rng(7)
+    for dtype in (np.float32, np.float64):
+        for shape in [(), (1,), (5,), (4, 4), (3, 1, 5), (2, 3, 70)]:
+            x = rng.standard_normal(shape).astype(dtype)
+            nd = len(shape)
+            for axis in [None, tuple(range(nd))] + [(a,) for a in range(nd)] + list(range(-nd, nd)):
+                for keepdims in (False, True):
+                    yield x, axis, keepdims
+
+
+@pytest.mark.parametrize("ufunc, op", [(np.maximum, native.MAX), (np.minimum, native.MIN)])
+def test_the_c_extremes_give_numpys_values_shapes_and_dtypes(ufunc, op):
+    k = K._extreme(ufunc, op)
+    assert type(k).__name__ == "Kernel"  # the C form
+    for x, axis, keepdims in _extreme_cases():
+        want = ufunc.reduce(x, axis=axis, keepdims=keepdims)
+        for got in (k(None, x, axis, keepdims), k(None, x, axis=axis, keepdims=keepdims)):
+            assert type(got) is np.ndarray and got.dtype == x.dtype and got.shape == np.shape(want)
+            np.testing.assert_array_equal(got, want)
+
+
+def test_the_c_extremes_hand_everything_else_to_numpy():
+    k = K._extreme(np.maximum, native.MAX)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    for args, want in [((x.T, None, False), 11.0), ((x.astype(np.float16), 0, False), [8, 9, 10, 11]),
+                       ((x.astype(np.int32), None, False), 11), ((x, (0, 1, 0), False), None),
+                       ((x, 0, 1), [[8, 9, 10, 11]]), ((x[:, ::2], 1, False), [2, 6, 10]),
+                       ((np.array([np.nan, 1.0], np.float32), None, False), np.nan)]:
+        if want is None:  # numpy's own error for a repeated axis
+            with pytest.raises(ValueError):
+                k(None, *args)
+            continue
+        np.testing.assert_array_equal(k(None, *args), want)
+    with pytest.raises(ValueError):  # numpy's: no identity for an empty max
+        k(None, np.zeros((0, 3), np.float32), 0, False)
+
+
+def test_quiet_kernels_silence_floating_point_warnings_and_restore_the_state():
+    import warnings
+
+    k = K._ufunc_kernel(np.multiply, False)
+    assert type(k).__name__ == "Kernel"
+    big = np.full(3, 3e38, np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.isinf(k(None, big, big)).all()  # no RuntimeWarning
+        before = np.geterr()
+        with pytest.raises(ValueError):  # numpy's error for mismatched shapes, the state restored after it
+            k(None, big, np.ones(2, np.float32))
+        assert np.geterr() == before
+    with np.errstate(over="raise"), pytest.raises(FloatingPointError):
+        np.multiply(big, big)  # the caller's own state is untouched
+    h = K._ufunc_kernel(np.multiply, True)  # float16 inputs: computed in float32 (the generic path)
+    a = np.array([300.0, 2.0], np.float16)
+    assert h(None, a, a).dtype == np.float16 and h(None, a, a).tolist() == [np.inf, 4.0]
+
+
+def test_plain_kernels_pass_positions_and_keywords_through():
+    seen = []
+    k = K._plain(lambda *a, **kw: seen.append((a, kw)) or 5)
+    assert type(k).__name__ == "Kernel"
+    assert k("ctx", 1, 2, axis=0) == 5 and seen == [((1, 2), {"axis": 0})]
+    with pytest.raises(TypeError):
+        k()
+    np.testing.assert_array_equal(K._TABLE["concat"][0]([np.ones(2), np.zeros((1, 2))], axis=None), [1, 1, 0, 0])

@@ -243,7 +243,11 @@ def test_attributes_named_like_keywords_reach_the_kernel_on_every_hit(keyword_op
         r = dispatch.call(op, (x,), {"lambda": k})
         assert r.tolist() == [k, k + 1, k + 2] and r.dtype is ad.float32
     assert seen == [{"lambda": k} for k in (1, 2, 2, 5, 5)]
-    assert dispatch._RUNNERS.get((1, None)) is not None  # the kernel got its attributes as **kw
+    runs = [e.run for e in op.plans[dispatch._CALLS].values()]
+    if dispatch._chit is not None:  # the C runner passes keywords by name, whatever the name
+        assert all(type(r) is dispatch._chit.Runner for r in runs)
+    else:
+        assert dispatch._RUNNERS.get((1, None)) is not None  # the kernel got its attributes as **kw
 
 
 def test_operators_keep_their_fast_path_after_devices_are_dropped():
@@ -258,3 +262,97 @@ def test_operators_keep_their_fast_path_after_devices_are_dropped():
     assert registry.get_op("multiply").fast, "the element-wise fast table is filled again"
     assert any(k[0] is x.device._ctx and k[-1] == 2.75 for k in methods._scalar_bufs), \
         "the operator took its fast path (which caches the scalar operand)"
+
+
+# --- the C hit (engine/_hit.c) ------------------------------------------------------------------
+needs_c = pytest.mark.skipif(dispatch._chit is None, reason="the dispatcher's C hit is not built")
+
+
+def _op_function_key(args, kwargs):
+    """The key an op function makes in Python for ``args``/``kwargs``."""
+    if (len(args) == 2 and not kwargs and type(args[0]) is ad.Tensor and type(args[1]) is tuple
+            and all(type(v) is int for v in args[1])):
+        a = args[0]
+        return (a.device._ctx, a.dtype, a.shape, dispatch._INTS, args[1])
+    return dispatch._call_key(args, kwargs)
+
+
+def _same(k, p):
+    """Equal keys whose parts have equal types (True == 1 in Python, not in a key)."""
+    return k == p and [type(v) for v in k] == [type(v) for v in p]
+
+
+@needs_c
+@pytest.mark.parametrize("form", [
+    "x", "x,y", "c,x,y", "x,shape", "x,()", "x,(True,1)", "list", "tuple_of_tensors", "list_of_one", "x,0", "x,0.0",
+    "x,-0.0", "x,None", "x,str", "x,dtype", "x,device", "x,Ellipsis", "axis=0", "axis=(0,1)", "axis,keepdims",
+    "fill=1.5", "shape=(4,-1)"])
+def test_the_c_keys_are_the_python_keys(form):
+    x, y = _t(), _t(seed=1)
+    c = x > y
+    args, kwargs = {
+        "x": ((x,), {}), "x,y": ((x, y), {}), "c,x,y": ((c, x, y), {}), "x,shape": ((x, (4, -1)), {}),
+        "x,()": ((x, ()), {}), "x,(True,1)": ((x, (True, 1)), {}), "list": (([x, y],), {}),
+        "tuple_of_tensors": (((x, y),), {}), "list_of_one": (([x],), {}), "x,0": ((x, 0), {}),
+        "x,0.0": ((x, 0.0), {}), "x,-0.0": ((x, -0.0), {}), "x,None": ((x, None), {}), "x,str": ((x, "mean"), {}),
+        "x,dtype": ((x, ad.float16), {}), "x,device": ((x, x.device), {}), "x,Ellipsis": ((x, ...), {}),
+        "axis=0": ((x,), {"axis": 0}), "axis=(0,1)": ((x,), {"axis": (0, 1)}),
+        "axis,keepdims": ((x,), {"axis": -1, "keepdims": True}), "fill=1.5": ((x,), {"fill_value": 1.5}),
+        "shape=(4,-1)": ((x,), {"shape": (4, -1)}),
+    }[form]
+    k = dispatch._chit.key(args, kwargs or None)
+    assert k is not None and _same(k, _op_function_key(args, kwargs))
+
+
+@needs_c
+@pytest.mark.parametrize("form", ["x,[0,1]", "x,complex", "tensor keyword", "x,object", "x,nested", "[]"])
+def test_calls_the_c_hit_cannot_key_take_the_python_path(form):
+    x = _t()
+    args, kwargs = {"x,[0,1]": ((x, [0, 1]), {}), "x,complex": ((x, 1j), {}), "tensor keyword": ((x,), {"w": x}),
+                    "x,object": ((x, object()), {}), "x,nested": ((x, ((0, 1), 2)), {}), "[]": (([],), {})}[form]
+    assert dispatch._chit.key(args, kwargs or None) is None
+    assert dispatch._chit.lookup(ad.sum.op, args, kwargs or None) is dispatch._MISS
+
+
+@needs_c
+def test_the_c_lookup_leaves_observers_tracers_and_autocast_to_python(monkeypatch):
+    x = _t()
+    ad.sum(x)  # cached
+    assert dispatch._chit.lookup(ad.sum.op, (x,), None) is not dispatch._MISS
+    dispatch.add_observer(lambda *a, **k: None)
+    try:
+        assert dispatch._chit.lookup(ad.sum.op, (x,), None) is dispatch._MISS
+    finally:
+        dispatch._observers.clear()
+    old, dispatch._tracer = dispatch._tracer, (lambda *a: None)
+    try:
+        assert dispatch._chit.lookup(ad.sum.op, (x,), None) is dispatch._MISS
+    finally:
+        dispatch._tracer = old
+    from anydevice import amp
+
+    with amp.autocast("cpu", dtype=ad.bfloat16):
+        assert dispatch._chit.lookup(ad.sum.op, (x,), None) is dispatch._MISS
+    ad.exp(x)
+    assert dispatch._chit.lookup(ad.exp.op, (x,), None) is not dispatch._MISS
+    monkeypatch.setattr(ad.exp.op, "fast", {(x.device._ctx, x.dtype): None})
+    assert dispatch._chit.lookup(ad.exp.op, (x,), None) is dispatch._MISS  # element-wise fast paths: their own
+
+
+@needs_c
+def test_c_runners_are_collected_with_their_entries():
+    import gc
+
+    def count():
+        gc.collect()
+        return sum(type(o) is dispatch._chit.Runner for o in gc.get_objects())
+
+    x = _t()
+    ad.reshape(x, (12,))
+    ad.reshape(x, (2, 6))
+    runs = [e.run for e in ad.reshape.op.plans[dispatch._CALLS].values()]
+    assert len(runs) == 2 and all(type(r) is dispatch._chit.Runner for r in runs)
+    before = count()
+    del runs
+    ad.reshape.op.plans.clear()  # the entries, their runners and the runners' paths back to them: cycles
+    assert count() == before - 2

@@ -506,6 +506,254 @@ static PyObject *py_var(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return PyFloat_FromDouble(v);
 }
 
+/* --- kernel call wrappers: the calling layers of kernels.py's Python wrappers, in C --------------
+ * Each is a callable object the dispatcher calls as it calls any kernel, ``k(ctx, *inputs, **attrs)``:
+ * - plain(fn): fn(*inputs, **attrs) (kernels.py's _plain);
+ * - quiet(fn, generic, halves, half_set, var, ignore): fn(*inputs) with numpy's floating-point
+ *   warnings off (the contextvar ``var`` set to ``ignore`` around the call, as _ufunc_kernel does),
+ *   ``generic(ctx, ...)`` for keyword calls and, where ``halves`` is not None, for float16/bfloat16
+ *   inputs (``half_set``, filled by calling ``halves()`` the first time it is empty);
+ * - extreme(op, generic, empty, ndarray): max (op 1) or min (2) of a C-contiguous float32/float64
+ *   ndarray over all axes or one, in reduce_f32/f64 above, into ``empty(shape, dtype)``;
+ *   ``generic(ctx, x, axis, keepdims)`` otherwise. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    int kind;  /* 0 plain, 1 quiet, 2 extreme */
+    int op;
+    PyObject *fn, *generic, *halves, *half_set, *var, *ignore, *empty;
+} Wrapper;
+
+static PyObject *s_dtype;
+
+static PyObject *call_generic(Wrapper *w, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    return PyObject_Vectorcall(w->generic, args, PyVectorcall_NARGS(nargsf), kwnames);
+}
+
+static PyObject *plain_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (n < 1) { PyErr_SetString(PyExc_TypeError, "kernel(ctx, *inputs): no context"); return NULL; }
+    return PyObject_Vectorcall(((Wrapper *)self)->fn, args + 1, n - 1, kwnames);
+}
+
+static PyObject *quiet_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Wrapper *w = (Wrapper *)self;
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (n < 2 || (kwnames && PyTuple_GET_SIZE(kwnames)))
+        return call_generic(w, args, nargsf, kwnames);
+    if (w->halves != Py_None) {
+        if (PySet_GET_SIZE(w->half_set) == 0) {
+            PyObject *r = PyObject_CallNoArgs(w->halves);
+            if (r == NULL) return NULL;
+            Py_DECREF(r);
+        }
+        PyObject *dt = PyObject_GetAttr(args[1], s_dtype);
+        if (dt == NULL) {
+            PyErr_Clear();
+            return call_generic(w, args, nargsf, kwnames);
+        }
+        int half = PySet_Contains(w->half_set, dt);
+        Py_DECREF(dt);
+        if (half) {
+            if (half < 0) PyErr_Clear();
+            return call_generic(w, args, nargsf, kwnames);
+        }
+    }
+    PyObject *token = PyContextVar_Set(w->var, w->ignore);
+    if (token == NULL) return NULL;
+    PyObject *out = PyObject_Vectorcall(w->fn, args + 1, n - 1, NULL);
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    int bad = PyContextVar_Reset(w->var, token);
+    Py_DECREF(token);
+    if (bad) {
+        Py_XDECREF(type); Py_XDECREF(value); Py_XDECREF(tb);
+        Py_XDECREF(out);
+        return NULL;
+    }
+    PyErr_Restore(type, value, tb);
+    return out;
+}
+
+/* axis (None, an int, or a tuple of one int or of every axis) and keepdims (a bool) as a reduction
+ * (outer, k, inner) of shape and its result's shape; 0: not one of these forms. */
+static int geometry(PyObject *axis, int keepdims, const Py_ssize_t *shape, int nd, Py_ssize_t *outer,
+                    Py_ssize_t *k, Py_ssize_t *inner, PyObject **oshape) {
+    long a = -1;
+    int all = axis == Py_None;
+    if (!all && PyTuple_CheckExact(axis)) {
+        Py_ssize_t m = PyTuple_GET_SIZE(axis);
+        if (m == nd) all = 1;
+        else if (m == 1) axis = PyTuple_GET_ITEM(axis, 0);
+        else return 0;
+    }
+    if (!all) {
+        if (!PyLong_CheckExact(axis)) return 0;
+        a = PyLong_AsLong(axis);
+        if (a == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+        if (a < -nd || a >= nd) return 0;
+        if (a < 0) a += nd;
+    }
+    *outer = 1; *k = 1; *inner = 1;
+    for (int i = 0; i < nd; i++) {
+        if (all || i == a) *k *= shape[i];
+        else if (i < a) *outer *= shape[i];
+        else *inner *= shape[i];
+    }
+    Py_ssize_t m = keepdims ? nd : (all ? 0 : nd - 1);
+    PyObject *t = PyTuple_New(m);
+    if (t == NULL) return -1;
+    for (int i = 0, j = 0; i < nd; i++) {
+        if (!keepdims && (all || i == a)) continue;
+        PyObject *v = PyLong_FromSsize_t(all || i == a ? 1 : shape[i]);
+        if (v == NULL) { Py_DECREF(t); return -1; }
+        PyTuple_SET_ITEM(t, j++, v);
+    }
+    *oshape = t;
+    return 1;
+}
+
+static PyObject *extreme_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Wrapper *w = (Wrapper *)self;
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf), nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    PyObject *x = NULL, *axis = NULL, *keepdims = NULL;
+    if (n + nk != 4 || n < 2 || Py_TYPE(args[1]) != (PyTypeObject *)w->fn)  /* w->fn: numpy.ndarray */
+        return call_generic(w, args, nargsf, kwnames);
+    x = args[1];
+    if (n > 2) axis = args[2];
+    if (n > 3) keepdims = args[3];
+    for (Py_ssize_t i = 0; i < nk; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+        if (PyUnicode_CompareWithASCIIString(name, "axis") == 0 && axis == NULL) axis = args[n + i];
+        else if (PyUnicode_CompareWithASCIIString(name, "keepdims") == 0 && keepdims == NULL) keepdims = args[n + i];
+        else return call_generic(w, args, nargsf, kwnames);
+    }
+    if (axis == NULL || keepdims == NULL || (keepdims != Py_True && keepdims != Py_False))
+        return call_generic(w, args, nargsf, kwnames);
+    Py_buffer bx;
+    if (PyObject_GetBuffer(x, &bx, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
+        PyErr_Clear();
+        return call_generic(w, args, nargsf, kwnames);
+    }
+    int dbl = bx.format && strcmp(bx.format, "d") == 0;
+    int flt = bx.format && strcmp(bx.format, "f") == 0;
+    Py_ssize_t outer, k, inner;
+    PyObject *oshape = NULL;
+    int g = (dbl || flt) && bx.len > 0 && bx.ndim <= 32
+        ? geometry(axis, keepdims == Py_True, bx.shape, bx.ndim, &outer, &k, &inner, &oshape) : 0;
+    if (g <= 0) {
+        PyBuffer_Release(&bx);
+        return g < 0 ? NULL : call_generic(w, args, nargsf, kwnames);
+    }
+    PyObject *dt = PyObject_GetAttr(x, s_dtype), *out = NULL;
+    if (dt != NULL) {
+        PyObject *a2[2] = {oshape, dt};
+        out = PyObject_Vectorcall(w->empty, a2, 2, NULL);
+        Py_DECREF(dt);
+    }
+    Py_DECREF(oshape);
+    Py_buffer bo;
+    if (out == NULL || PyObject_GetBuffer(out, &bo, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) {
+        PyBuffer_Release(&bx);
+        Py_XDECREF(out);
+        return NULL;
+    }
+    if (bo.len != outer * inner * (dbl ? 8 : 4)) {
+        PyErr_SetString(PyExc_ValueError, "extreme: the result's size does not match");
+        Py_CLEAR(out);
+    } else {
+        PyThreadState *ts = bx.len >= (1 << 16) ? PyEval_SaveThread() : NULL;  /* a large one: other threads run */
+        if (dbl) reduce_f64((const double *)bx.buf, (double *)bo.buf, outer, k, inner, w->op);
+        else reduce_f32((const float *)bx.buf, (float *)bo.buf, outer, k, inner, w->op);
+        if (ts != NULL) PyEval_RestoreThread(ts);
+    }
+    PyBuffer_Release(&bo);
+    PyBuffer_Release(&bx);
+    return out;
+}
+
+static int wrapper_traverse(Wrapper *w, visitproc visit, void *arg) {
+    Py_VISIT(w->fn); Py_VISIT(w->generic); Py_VISIT(w->halves); Py_VISIT(w->half_set); Py_VISIT(w->var);
+    Py_VISIT(w->ignore); Py_VISIT(w->empty);
+    return 0;
+}
+
+static int wrapper_clear(Wrapper *w) {
+    Py_CLEAR(w->fn); Py_CLEAR(w->generic); Py_CLEAR(w->halves); Py_CLEAR(w->half_set); Py_CLEAR(w->var);
+    Py_CLEAR(w->ignore); Py_CLEAR(w->empty);
+    return 0;
+}
+
+static void wrapper_dealloc(Wrapper *w) {
+    PyObject_GC_UnTrack(w);
+    wrapper_clear(w);
+    Py_TYPE(w)->tp_free((PyObject *)w);
+}
+
+static PyObject *wrapper_repr(Wrapper *w) {
+    static const char *kinds[] = {"plain", "quiet", "extreme"};
+    return PyUnicode_FromFormat("<cpu kernel %s(%R)>", kinds[w->kind], w->kind == 2 ? w->generic : w->fn);
+}
+
+static PyTypeObject WrapperType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "anydevice_cpu._native.Kernel",
+    .tp_basicsize = sizeof(Wrapper),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "A cpu kernel's calling layer in C (plain(), quiet() or extreme())",
+    .tp_dealloc = (destructor)wrapper_dealloc,
+    .tp_traverse = (traverseproc)wrapper_traverse,
+    .tp_clear = (inquiry)wrapper_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(Wrapper, vectorcall),
+    .tp_repr = (reprfunc)wrapper_repr,
+};
+
+static PyObject *new_wrapper(int kind, vectorcallfunc call, PyObject *fields[7]) {
+    Wrapper *w = PyObject_GC_New(Wrapper, &WrapperType);
+    if (w == NULL) return NULL;
+    w->vectorcall = call;
+    w->kind = kind;
+    w->op = 0;
+    PyObject **slots[] = {&w->fn, &w->generic, &w->halves, &w->half_set, &w->var, &w->ignore, &w->empty};
+    for (int i = 0; i < 7; i++) {
+        Py_INCREF(fields[i] ? fields[i] : Py_None);
+        *slots[i] = fields[i] ? fields[i] : Py_None;
+    }
+    PyObject_GC_Track(w);
+    return (PyObject *)w;
+}
+
+static PyObject *py_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 1 || !PyCallable_Check(args[0])) { PyErr_SetString(PyExc_TypeError, "plain(fn)"); return NULL; }
+    PyObject *f[7] = {args[0], NULL, NULL, NULL, NULL, NULL, NULL};
+    return new_wrapper(0, plain_call, f);
+}
+
+static PyObject *py_quiet(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6 || !PyCallable_Check(args[0]) || !PyCallable_Check(args[1])
+            || !(args[2] == Py_None || (PyCallable_Check(args[2]) && PySet_Check(args[3])))
+            || !PyContextVar_CheckExact(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "quiet(fn, generic, halves, half_set, var, ignore)");
+        return NULL;
+    }
+    PyObject *f[7] = {args[0], args[1], args[2], args[3], args[4], args[5], NULL};
+    return new_wrapper(1, quiet_call, f);
+}
+
+static PyObject *py_extreme(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    long op = nargs == 4 ? PyLong_AsLong(args[0]) : -1;
+    if (nargs != 4 || (op != 1 && op != 2) || !PyCallable_Check(args[1]) || !PyCallable_Check(args[2])
+            || !PyType_Check(args[3])) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "extreme(op: 1 max or 2 min, generic, empty, ndarray)");
+        return NULL;
+    }
+    PyObject *f[7] = {args[3], args[1], NULL, NULL, NULL, NULL, args[2]};
+    PyObject *w = new_wrapper(2, extreme_call, f);
+    if (w != NULL) ((Wrapper *)w)->op = (int)op;
+    return w;
+}
+
 static PyMethodDef methods[] = {
     {"var", (PyCFunction)(void (*)(void))py_var, METH_FASTCALL,
      "var(x, correction, double): np.var of all of x (float32 or float64), or None where x is not C-contiguous or empty"},
@@ -518,10 +766,20 @@ static PyMethodDef methods[] = {
     {"to_f16", (PyCFunction)(void (*)(void))py_to_f16, METH_FASTCALL,
      "to_f16(x, out[, portable]): float32 to float16 bits, rounding to nearest even"},
     {"to_f32", (PyCFunction)(void (*)(void))py_to_f32, METH_FASTCALL, "to_f32(x, out[, portable]): float16 bits to float32"},
+    {"plain", (PyCFunction)(void (*)(void))py_plain, METH_FASTCALL, "plain(fn): the kernel k(ctx, *a, **kw) = fn(*a, **kw)"},
+    {"quiet", (PyCFunction)(void (*)(void))py_quiet, METH_FASTCALL,
+     "quiet(fn, generic, halves, half_set, var, ignore): fn(*inputs) with floating-point warnings off"},
+    {"extreme", (PyCFunction)(void (*)(void))py_extreme, METH_FASTCALL,
+     "extreme(op, generic, empty, ndarray): the max (1) or min (2) kernel of float32/float64 arrays"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", "Fused float32 kernels of the cpu backend.",
                                     -1, methods};
 
-PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__native(void) {
+    if (PyType_Ready(&WrapperType) < 0) return NULL;
+    s_dtype = PyUnicode_InternFromString("dtype");
+    if (s_dtype == NULL) return NULL;
+    return PyModule_Create(&module);
+}

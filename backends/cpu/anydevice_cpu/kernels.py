@@ -132,7 +132,8 @@ def _ufunc_kernel(fn, half: bool):
                 return fn(a, b)
             finally:
                 reset(token)
-    return k
+    c = _native.quiet(fn, generic, _half_dtypes if half else None, _HALF, _fp_state, _IGNORE)  # k, in C
+    return k if c is None else c
 
 
 def _erf(x):
@@ -174,12 +175,6 @@ def _full(shape, fill_value, dtype):
 
 def _take(x, indices, axis):
     return np.take(np.asarray(x), indices, axis=axis)
-
-
-def _concat(ctx, arrays, axis):
-    if axis is None:
-        return np.concatenate([np.reshape(a, -1) for a in arrays])
-    return np.concatenate(arrays, axis=axis)
 
 
 def _arange(start, stop, step, dtype):
@@ -422,7 +417,8 @@ def _extreme(ufunc, op):
         r = native(x, axis, keepdims, op)
         return reduce(x, axis=axis, keepdims=keepdims) if r is None else r
 
-    return k
+    c = _native.extreme(op, k)  # the common case without Python frames
+    return k if c is None else c
 
 
 def _reduction(fn, ufunc):
@@ -545,7 +541,7 @@ _TABLE = {
     "isfinite": (np.isfinite, "plain"), "logical_not": (np.logical_not, "plain"), "bitwise_invert": (np.invert, "plain"),
     "erf": (_erf, "half"), "relu": (lambda x: np.maximum(x, np.zeros((), np.asarray(x).dtype)), "plain"),
     "sigmoid": (lambda x: 1 / (1 + np.exp(-x)), "half"), "gelu": (_gelu, "half"),
-    "where": (lambda ctx, c, a, b: np.where(c, a, b), "ctx"), "clip": (_clip, "quiet"),
+    "where": (np.where, "plain"), "clip": (_clip, "quiet"),
     "sum": (_sum, "reduce"), "prod": (_prod, "reduce"), "max": (_extreme(np.maximum, _native.MAX), "ctx"),
     "min": (_extreme(np.minimum, _native.MIN), "ctx"),
     "argmax": (_argreduce(np.argmax), "plain"), "argmin": (_argreduce(np.argmin), "plain"),
@@ -556,7 +552,7 @@ _TABLE = {
     "matrix_transpose": (lambda x: np.swapaxes(x, -1, -2), "plain"),
     "reshape": (lambda ctx, x, shape, copy=None: x.reshape(shape), "ctx"),
     "permute_dims": (lambda ctx, x, axes: x.transpose(axes), "ctx"),
-    "broadcast_to": (lambda x, shape: np.broadcast_to(x, shape), "plain"), "concat": (_concat, "ctx"),
+    "broadcast_to": (lambda x, shape: np.broadcast_to(x, shape), "plain"), "concat": (np.concatenate, "plain"),  # axis=None: flattened
     "stack": (lambda arrays, axis: np.stack(arrays, axis=axis), "plain"),
     "squeeze": (lambda x, axis: np.squeeze(x, axis=axis), "plain"),
     "expand_dims": (lambda x, axis: np.expand_dims(x, axis), "plain"),
@@ -573,7 +569,8 @@ def _plain(fn):
     def k(ctx, *a, **kw):
         return fn(*a, **kw)
 
-    return k
+    c = _native.plain(fn)  # k, in C
+    return k if c is None else c
 
 
 _WRAP = {"plain": _plain, "quiet": _quiet, "half": _half_via_f32}
@@ -583,7 +580,8 @@ def _fast_binary(fn):
     def k(ctx, a, b):
         return fn(a, b)
 
-    return k
+    c = _native.plain(fn)  # k, in C
+    return k if c is None else c
 
 
 def register(kernels) -> None:

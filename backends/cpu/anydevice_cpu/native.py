@@ -135,3 +135,23 @@ def var(x, correction):
         return None
     v = _c.var(x, float(correction), dt is _F64)
     return None if v is None else dt.type(v)
+
+
+# --- kernel call wrappers: the calling layer of a kernel in C, or None (the caller keeps its own)
+def plain(fn):
+    """The kernel ``k(ctx, *a, **kw) = fn(*a, **kw)``."""
+    return _c.plain(fn) if _c is not None else None
+
+
+def quiet(fn, generic, halves, half_set, var, ignore):
+    """The kernel ``k(ctx, *inputs) = fn(*inputs)`` with numpy's floating-point warnings off (the
+    context variable ``var`` set to ``ignore`` around the call); ``generic(ctx, ...)`` runs
+    keyword calls and, unless ``halves`` is None, 16-bit float inputs (those in ``half_set``,
+    which ``halves()`` fills)."""
+    return _c.quiet(fn, generic, halves, half_set, var, ignore) if _c is not None else None
+
+
+def extreme(op: int, generic):
+    """The max (op MAX) or min (MIN) kernel ``k(ctx, x, axis, keepdims)``: as :func:`reduce`
+    for float32/float64 C-contiguous arrays over every axis or one, ``generic`` otherwise."""
+    return _c.extreme(op, generic, _empty, _ND) if _c is not None else None

@@ -290,6 +290,32 @@ _KEYABLE = frozenset({type(None), bool, int, str, type(Ellipsis), _dt.DType, Dev
 _SEQ_PLAIN = frozenset({type(None), bool, int, str, type(Ellipsis), _dt.DType})
 _INTS = frozenset({int})  # also the tag of op functions' keys for (x, tuple of ints): no loop key holds it
 
+# The hit in C (engine/_hit.c), where it was built and ANYDEVICE_NATIVE_DISPATCH is not 0: the
+# same keys, the same runners, written out in C; without it the Python forms below run.
+_chit = None
+_C_MAX = 8  # the most inputs and kernel keywords its runners take
+if os.environ.get("ANYDEVICE_NATIVE_DISPATCH", "1") != "0":
+    try:
+        from anydevice.engine import _hit as _chit
+    except ImportError:  # built without a C compiler
+        _chit = None
+    else:
+        _chit.configure(Tensor, Device, globals(), _autocast.regions, _INTS, _KEYABLE, _SEQ_PLAIN)
+_MISS = _chit.MISS if _chit is not None else object()
+
+
+def _run_keyed(op, args: tuple, key):
+    """The cached call of ``op`` under ``key`` (made by the caller as :func:`_call_key` makes
+    keys) run on ``args``, or _MISS: not cached, or the call must take the full path."""
+    if not _observers and _tracer is None and not _autocast.regions[0]:
+        e = op.plans.get(_CALLS, _EMPTY).get(key)
+        if e is not None:
+            return e.run(args, key)
+    return _MISS
+
+
+run_keyed = _chit.run_keyed if _chit is not None else _run_keyed
+
 
 def _call_key(args, kwargs):
     """The cache key of a call, or None when an argument is not a plain value or a tensor."""
@@ -410,18 +436,22 @@ class _Entry:
 def _runner(op, e):
     """The hit of entry ``e`` as one closure: for a direct returning kernel, the kernel called at
     once with the entry's attributes as constants and the result wrapped (:func:`_hit` when the
-    graph must be recorded); else :func:`_hit`."""
+    graph must be recorded); else :func:`_hit`. The C module's Runner where it is built."""
     slow = functools.partial(_hit, op, e)
     if not e.direct or e.out:
         return slow
     n = -1 if op.variadic else e.n
+    grad_on = _ag.is_grad_enabled if op.differentiable else bool  # bool(): False
+    oom = functools.partial(_kernel_oom, op, e)
+    if _chit is not None and n <= _C_MAX and len(e.kw) <= _C_MAX and all(type(k) is str for k in e.kw):
+        return _chit.Runner(slow, e.fn, e.device._ctx, e.device, e.out_shape, e.out_dtype, grad_on, oom,
+                            tuple(e.kw), tuple(e.kw.values()), n)
     names = tuple(e.kw) if all(k.isidentifier() and not keyword.iskeyword(k) for k in e.kw) else None
     make = _RUNNERS.get((n, names))
     if make is None:
         make = _RUNNERS[(n, names)] = _runner_factory(n, names)
-    grad_on = _ag.is_grad_enabled if op.differentiable else bool  # bool(): False
-    return make(slow, e.fn, e.device._ctx, e.device, e.out_shape, e.out_dtype, grad_on,
-                functools.partial(_kernel_oom, op, e), _new, Tensor, e.kw, *(e.kw.values() if names else ()))
+    return make(slow, e.fn, e.device._ctx, e.device, e.out_shape, e.out_dtype, grad_on, oom, _new, Tensor, e.kw,
+                *(e.kw.values() if names else ()))
 
 
 _RUNNERS: dict = {}  # (inputs, or -1 for one list input; the kernel's keywords, None: as **kw) -> factory
@@ -1043,8 +1073,11 @@ _functions: dict = {}
 def op_function(op):
     """The public function of a registry op: binds arguments and dispatches (cached per op)."""
     fn = _functions.get(op.name)
+    lookup = _chit.lookup if _chit is not None else None
     if fn is None:
         def fn(*args, **kwargs):  # call()'s cache hit, one frame shallower
+            if lookup is not None and (r := lookup(op, args, kwargs)) is not _MISS:
+                return r
             if not op.fast and not _observers and _tracer is None and not _autocast.regions[0]:
                 if len(args) == 1 and type(a := args[0]) is Tensor and len(kwargs) < 2:  # as _call_key keys it
                     if not kwargs:

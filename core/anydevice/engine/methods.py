@@ -11,20 +11,18 @@ from __future__ import annotations
 import numpy as np
 
 from anydevice.base import dtypes as _dt
-from anydevice.engine import autocast as _autocast
 from anydevice.engine import autograd as _autograd
 from anydevice.engine import dispatch as _dispatch
 from anydevice.engine import graph as _ag
 from anydevice.engine.creation import asarray
-from anydevice.engine.dispatch import xp
+from anydevice.engine.dispatch import _MISS, xp
+from anydevice.engine.dispatch import run_keyed as _run_keyed
 from anydevice.engine.tensor import Tensor, _new, to_device
 from anydevice.ops.indexing import canonical_key
 from anydevice.ops.registry import all_ops as _all_ops
 from anydevice.ops.registry import get_op, normalize_axis
 from anydevice.runtime import streams as _streams
 from anydevice.runtime.devices import as_device, register_cache
-
-_NO_CALLS: dict = {}  # an op's call cache before its first call
 
 # --- methods ------------------------------------------------------------------------------------
 _permute_dims = get_op("permute_dims")
@@ -92,11 +90,8 @@ def astype(self, dtype, copy: bool = True) -> Tensor:
     d = dtype if type(dtype) is _dt.DType else _dt.dtype(dtype)
     if copy is True and type(self) is Tensor:  # the key stands for astype(x, d)
         key = (self.device._ctx, self.dtype, self.shape, _astype, d)
-        if not _dispatch._observers and _dispatch._tracer is None and not _autocast.regions[0]:
-            e = _astype.plans.get(_dispatch._CALLS, _NO_CALLS).get(key)
-            if e is not None:
-                return e.run((self, d), key)
-        return _dispatch.call_keyed(_astype, (self, d), {}, key)
+        r = _run_keyed(_astype, (self, d), key)
+        return r if r is not _MISS else _dispatch.call_keyed(_astype, (self, d), {}, key)
     return xp.astype(self, d, copy=copy)
 
 
@@ -144,10 +139,9 @@ def getitem(x, key, /):
     if kid is not None:  # a basic index: its canonical form and the call are cached per shape
         shape = x.shape
         k = (x.device._ctx, x.dtype, shape, _getitem, kid)
-        if not _dispatch._observers and _dispatch._tracer is None and not _autocast.regions[0]:
-            e = _getitem.plans.get(_dispatch._CALLS, _NO_CALLS).get(k)
-            if e is not None:  # the entry holds the canonical key
-                return e.run((x,), k)
+        r = _run_keyed(_getitem, (x,), k)  # the entry holds the canonical key
+        if r is not _MISS:
+            return r
         ck = _canonical.get((kid, shape))
         if ck is None:
             ck = canonical_key(key, shape)
@@ -268,7 +262,6 @@ def _binop(opname: str, reflected: bool = False, symbol: str = ""):
     op = get_op(opname)  # op.fast and op.plans are read per call: dropping devices replaces them
     apply = _dispatch.call_inputs
     observers = _dispatch._observers
-    calls = _dispatch._CALLS
 
     def fwd(self, other, /):
         t_other = type(other)
@@ -287,12 +280,11 @@ def _binop(opname: str, reflected: bool = False, symbol: str = ""):
                 t._buf = plan[0](ctx, self._buf, other._buf)
                 t.shape, t.dtype, t.device, t._node = self.shape, plan[1], self.device, None
                 return t
-            if plan is None and not observers and _dispatch._tracer is None and not _autocast.regions[0] \
-                    and type(self) is Tensor:  # matmul, mixed shapes: the call cache at once, keyed as call_inputs keys
+            if plan is None and type(self) is Tensor:  # matmul, mixed shapes: the call cache at once, keyed as call_inputs keys
                 key = (ctx, self.dtype, self.shape, other.device._ctx, other.dtype, other.shape)
-                e = op.plans.get(calls, _NO_CALLS).get(key)
-                if e is not None:
-                    return e.run((self, other), key)
+                r = _run_keyed(op, (self, other), key)
+                if r is not _MISS:
+                    return r
         elif t_other in _SCALARS:
             plan = op.fast.get((self.device._ctx, self.dtype))
             if plan is not None and not observers and (self._node is None or not _ag.is_grad_enabled()):
