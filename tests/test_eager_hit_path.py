@@ -356,3 +356,41 @@ def test_c_runners_are_collected_with_their_entries():
     del runs
     ad.reshape.op.plans.clear()  # the entries, their runners and the runners' paths back to them: cycles
     assert count() == before - 2
+
+
+@needs_c
+@pytest.mark.parametrize("key", [1, -1, slice(1, 3), slice(None, None, 2), (1, 2), (slice(1, 3), None), (..., 1),
+                                 (1, ...), (), (None,), True, (True,), slice(1.0, 2), slice(True, 2), [1], (0, [1]),
+                                 slice(np.int64(1), 3), np.int64(1), "a"], ids=repr)
+def test_the_c_index_ids_are_the_python_ones(key):
+    from anydevice.engine import methods
+
+    want, got = methods._index_id(key), dispatch._chit.index_id(key)
+    assert got == want and type(got) is type(want) and repr(got) == repr(want)
+
+
+@needs_c
+def test_the_c_operator_hit_records_graphs_and_leaves_observers_to_python():
+    x, y = _t(), _t(seed=1)
+    for _ in range(3):  # the first calls fill the plans and the cache
+        x + y, x @ _t((4, 3)), x[1:3]
+    assert dispatch._chit.binary(ad.add.op, x, y) is not dispatch._MISS
+    assert dispatch._chit.getitem(ad.api.op("getitem"), x, slice(1, 3)) is not dispatch._MISS
+    np.testing.assert_array_equal((x + y).numpy(), x.numpy() + y.numpy())
+    np.testing.assert_array_equal(x[1:3].numpy(), x.numpy()[1:3])
+    w = _t().requires_grad_()
+    ad.sum((w + y) * w[0:1]).backward()  # both hits defer to the recording path when a graph is needed
+    want = y.numpy()[0:1] + 2 * w.numpy()[0:1]
+    np.testing.assert_allclose(w.grad.numpy()[1:], np.broadcast_to(w.numpy()[0:1], (2, 4)), rtol=1e-6)
+    np.testing.assert_allclose(w.grad.numpy()[0], want[0] + (w.numpy() + y.numpy())[1:].sum(0), rtol=1e-5)
+    seen = []
+    dispatch.add_observer(lambda *a, **k: seen.append(1))
+    try:
+        assert dispatch._chit.binary(ad.add.op, x, y) is dispatch._MISS
+        assert dispatch._chit.getitem(ad.api.op("getitem"), x, slice(1, 3)) is dispatch._MISS
+        x + y
+        x[1:3]
+    finally:
+        dispatch._observers.clear()
+    assert len(seen) == 2
+    assert dispatch._chit.binary(ad.add.op, x, 2.0) is dispatch._MISS  # scalars: the operator's own path

@@ -781,5 +781,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (PyType_Ready(&WrapperType) < 0) return NULL;
     s_dtype = PyUnicode_InternFromString("dtype");
     if (s_dtype == NULL) return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddObjectRef(m, "Kernel", (PyObject *)&WrapperType) < 0) Py_CLEAR(m);
+    return m;
 }

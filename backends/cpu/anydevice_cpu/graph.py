@@ -26,12 +26,19 @@ import numpy as np
 from anydevice.runtime.fusion import REDUCTIONS, chains, reduce_axes
 
 from . import kernels as _k
+from . import native as _native
 
 #: op -> (ufunc, silenced): ops whose cpu kernel is ``ufunc(*inputs)`` for dtypes other than the
 #: 16-bit floats; ``silenced``: the kernel runs with floating-point warnings off
 UFUNCS = {name: (fn, how != "plain") for name, (fn, how) in _k._TABLE.items()
           if isinstance(fn, np.ufunc) and how in ("plain", "quiet", "half")}
 _KMOD = _k.__name__
+
+
+def _own(fn) -> bool:
+    """Whether ``fn`` is one of kernels.py's own kernels (a Python function, or the C form of
+    its calling layer), not one a plugin or a test registered over it."""
+    return getattr(fn, "__module__", None) == _KMOD or (_native.KERNEL is not None and type(fn) is _native.KERNEL)
 
 
 def _np(dt):
@@ -53,7 +60,7 @@ def _out_form(node, kernels):
     kernel computes (``extra``: a constant second operand, for relu), ``("cast", False, None)`` for a
     cast copyto reproduces, else None."""
     k = kernels.lookup(node.op.name, _compute(node))
-    if k is None or k.out or getattr(k.fn, "__module__", None) != _KMOD or _half(node) or node.attrs.get("device"):
+    if k is None or k.out or not _own(k.fn) or _half(node) or node.attrs.get("device"):
         return None
     ins = list(node.input_values())
     out = node.outputs[0]

@@ -146,13 +146,14 @@ def _erf(x):
 def _astype(ctx, x, dtype, copy=True):
     if type(x) is not np.ndarray:
         x = np.asarray(x)
-    r = _native.convert(x, dtype.numpy)  # float32 <-> float16
+    to = dtype.numpy
+    r = _native.convert(x, to)  # float32 <-> float16
     if r is not None:
         return r
     if dtype.kind in ("int", "uint") and x.dtype.kind == "f":
         with np.errstate(invalid="ignore"):
-            return np.trunc(x).astype(dtype.numpy)
-    return x.astype(dtype.numpy)
+            return np.trunc(x).astype(to)
+    return x.astype(to)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -26,6 +26,8 @@ if os.environ.get("ANYDEVICE_CPU_NATIVE", "1") == "0":
     STATUS = "off (ANYDEVICE_CPU_NATIVE=0): numpy kernels only"
 
 AVAILABLE = _c is not None
+#: the type of the kernels plain(), quiet() and extreme() make (None without the extension)
+KERNEL = _c.Kernel if _c is not None else None
 _F32, _F16 = np.dtype(np.float32), np.dtype(np.float16)
 _empty, _ND = np.empty, np.ndarray
 
@@ -67,10 +69,13 @@ def convert(x, dtype):
         return None
     if type(x) is not _ND:
         return None
-    if not x.flags.c_contiguous:  # a broadcast gradient (of a sum): a copy and C beat numpy's strided loop
-        x = np.ascontiguousarray(x)
     out = _empty(x.shape, dtype)
-    return out if f(x, out) else None
+    if f(x, out):  # False: not C-contiguous
+        return out
+    if x.flags.c_contiguous:
+        return None
+    # a broadcast gradient (of a sum): a copy and C beat numpy's strided loop
+    return out if f(np.ascontiguousarray(x), out) else None
 
 
 _F64 = np.dtype(np.float64)

@@ -10,6 +10,8 @@
  *   when the call is not one this can key, is not cached, or anything (an observer, a tracer, an
  *   autocast region, an element-wise fast path) asks for the Python path.
  *
+ * - ``binary(op, a, b)`` and ``getitem(op, x, key)``: the Tensor operators' hits (methods.py).
+ *
  * ``configure()`` hands over the Python objects this needs once, at import. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -25,7 +27,8 @@ static PyObject *INTS;                /* dispatch._INTS: the tag of (x, tuple of
 static PyObject *keyable;             /* dispatch._KEYABLE (a frozenset of types) */
 static PyObject *seq_plain;           /* dispatch._SEQ_PLAIN */
 static PyObject *MISS;
-static PyObject *s_observers, *s_tracer, *s_fast, *s_plans, *s_run;
+static PyObject *grad_enabled;        /* graph.is_grad_enabled */
+static PyObject *s_observers, *s_tracer, *s_fast, *s_plans, *s_run, *s_s, *s_t;
 
 #define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
 #define MAX_INPUTS 8
@@ -433,6 +436,17 @@ static PyObject *cached(PyObject *op, PyObject *key) {  /* the entry (borrowed) 
     return e;
 }
 
+/* the cached call of ``op`` under ``key`` run on ``args``, or MISS */
+static PyObject *run_cached(PyObject *op, PyObject *args, PyObject *key) {
+    PyObject *e = cached(op, key), *out;
+    if (e == NULL)
+        return PyErr_Occurred() ? NULL : Py_NewRef(MISS);
+    Py_INCREF(e);
+    out = run_entry(e, args, key);
+    Py_DECREF(e);
+    return out;
+}
+
 static PyObject *lookup(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
     if (nargs != 3 || !PyTuple_CheckExact(a[1]) || !(a[2] == Py_None || PyDict_CheckExact(a[2]))) {
         PyErr_SetString(PyExc_TypeError, "lookup(op, args: tuple, kwargs: dict | None)");
@@ -456,14 +470,7 @@ static PyObject *lookup(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
         Py_DECREF(key);
         return Py_NewRef(MISS);
     }
-    PyObject *e = cached(op, key), *out;
-    if (e == NULL)
-        out = PyErr_Occurred() ? NULL : Py_NewRef(MISS);
-    else {
-        Py_INCREF(e);
-        out = run_entry(e, args, key);
-        Py_DECREF(e);
-    }
+    PyObject *out = run_cached(op, args, key);
     Py_DECREF(key);
     return out;
 }
@@ -476,13 +483,184 @@ static PyObject *run_keyed(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     int py = python_path();
     if (py)
         return py < 0 ? NULL : Py_NewRef(MISS);
-    PyObject *e = cached(a[0], a[2]), *out;
-    if (e == NULL)
-        return PyErr_Occurred() ? NULL : Py_NewRef(MISS);
-    Py_INCREF(e);
-    out = run_entry(e, a[1], a[2]);
-    Py_DECREF(e);
+    return run_cached(a[0], a[1], a[2]);
+}
+
+/* 1: the caller's Python path must run for the element-wise fast path (an observer); -1: error */
+static int observed(void) {
+    PyObject *obs = PyDict_GetItemWithError(globals, s_observers);
+    if (obs == NULL)
+        return PyErr_Occurred() ? -1 : 1;
+    return !PyList_CheckExact(obs) || PyList_GET_SIZE(obs);
+}
+
+static int tensor_ok(PyObject *x) {  /* a plain Tensor with its slots set, on a plain Device */
+    PyObject *dev = SLOT(x, off_device);
+    return Py_TYPE(x) == Tensor && SLOT(x, off_buf) && SLOT(x, off_shape) && SLOT(x, off_dtype) && SLOT(x, off_node)
+        && dev && Py_TYPE(dev) == DeviceType && SLOT(dev, off_ctx);
+}
+
+/* binary(op, a, b): ``a <op> b`` for two tensors as methods._binop's operator runs it: the op's
+ * element-wise fast plan for same-dtype, same-device, same-shape inputs without a graph to record,
+ * else the call cache under call_inputs' key; MISS for anything else (the operator's Python path). */
+static PyObject *binary(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "binary(op, a, b)");
+        return NULL;
+    }
+    PyObject *op = a[0], *x = a[1], *y = a[2];
+    if (!tensor_ok(x) || !tensor_ok(y))
+        return Py_NewRef(MISS);
+    int obs = observed();
+    if (obs)
+        return obs < 0 ? NULL : Py_NewRef(MISS);
+    PyObject *ctx = SLOT(SLOT(x, off_device), off_ctx), *dt = SLOT(x, off_dtype);
+    PyObject *fast = PyObject_GetAttr(op, s_fast);
+    if (fast == NULL)
+        return NULL;
+    PyObject *plan = NULL;
+    if (PyDict_CheckExact(fast) && PyDict_GET_SIZE(fast)) {
+        PyObject *fk = PyTuple_Pack(2, ctx, dt);
+        if (fk == NULL) {
+            Py_DECREF(fast);
+            return NULL;
+        }
+        plan = PyDict_GetItemWithError(fast, fk);
+        Py_DECREF(fk);
+        if (plan == NULL && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return NULL;
+        }
+        Py_XINCREF(plan);
+    }
+    Py_DECREF(fast);
+    if (plan != NULL) {
+        int same = SLOT(y, off_dtype) == dt && SLOT(y, off_device) == SLOT(x, off_device)
+            && PyTuple_CheckExact(plan) && PyTuple_GET_SIZE(plan) == 2;
+        if (same) {
+            same = PyObject_RichCompareBool(SLOT(x, off_shape), SLOT(y, off_shape), Py_EQ);
+            if (same < 0) {
+                Py_DECREF(plan);
+                return NULL;
+            }
+        }
+        if (same && (SLOT(x, off_node) != Py_None || SLOT(y, off_node) != Py_None)) {
+            PyObject *g = PyObject_CallNoArgs(grad_enabled);
+            int on = g == NULL ? -1 : PyObject_IsTrue(g);
+            Py_XDECREF(g);
+            if (on < 0) {
+                Py_DECREF(plan);
+                return NULL;
+            }
+            same = !on;
+        }
+        if (same) {
+            PyObject *stack[3] = {ctx, SLOT(x, off_buf), SLOT(y, off_buf)};
+            PyObject *buf = PyObject_Vectorcall(PyTuple_GET_ITEM(plan, 0), stack, 3, NULL);
+            PyObject *t = buf == NULL ? NULL : Tensor->tp_alloc(Tensor, 0);
+            if (t == NULL) {
+                Py_XDECREF(buf);
+                Py_DECREF(plan);
+                return NULL;
+            }
+            SLOT(t, off_buf) = buf;
+            SLOT(t, off_shape) = Py_NewRef(SLOT(x, off_shape));
+            SLOT(t, off_dtype) = Py_NewRef(PyTuple_GET_ITEM(plan, 1));
+            SLOT(t, off_device) = Py_NewRef(SLOT(x, off_device));
+            SLOT(t, off_node) = Py_NewRef(Py_None);
+            Py_DECREF(plan);
+            return t;
+        }
+        Py_DECREF(plan);
+    }
+    int py = python_path();
+    if (py)
+        return py < 0 ? NULL : Py_NewRef(MISS);
+    PyObject *key = PyTuple_Pack(6, ctx, dt, SLOT(x, off_shape), SLOT(SLOT(y, off_device), off_ctx), SLOT(y, off_dtype),
+                                 SLOT(y, off_shape));
+    if (key == NULL)
+        return NULL;
+    PyObject *args = PyTuple_Pack(2, x, y), *out = args == NULL ? NULL : run_cached(op, args, key);
+    Py_XDECREF(args);
+    Py_DECREF(key);
     return out;
+}
+
+/* methods._index_id in C: a hashable standing for a basic index, Py_None for any other key */
+static int index_part(PyObject *v) {  /* an int (not a bool) or None */
+    return v == Py_None || PyLong_CheckExact(v);
+}
+
+static PyObject *slice_id(PyObject *k) {
+    PySliceObject *sl = (PySliceObject *)k;
+    if (!index_part(sl->start) || !index_part(sl->stop) || !index_part(sl->step))
+        Py_RETURN_NONE;
+    return PyTuple_Pack(4, s_s, sl->start, sl->stop, sl->step);
+}
+
+static PyObject *index_id(PyObject *k) {
+    if (PyLong_CheckExact(k))
+        return Py_NewRef(k);
+    if (PySlice_Check(k))
+        return slice_id(k);
+    if (!PyTuple_CheckExact(k))
+        Py_RETURN_NONE;
+    Py_ssize_t m = PyTuple_GET_SIZE(k);
+    PyObject *out = PyTuple_New(m + 1);
+    if (out == NULL)
+        return NULL;
+    PyTuple_SET_ITEM(out, 0, Py_NewRef(s_t));
+    for (Py_ssize_t i = 0; i < m; i++) {
+        PyObject *v = PyTuple_GET_ITEM(k, i), *part;
+        if (PyLong_CheckExact(v) || v == Py_None || v == Py_Ellipsis) {
+            PyTuple_SET_ITEM(out, i + 1, Py_NewRef(v));
+            continue;
+        }
+        part = PySlice_Check(v) ? slice_id(v) : NULL;  /* NULL: not a basic index */
+        if (part == NULL || part == Py_None) {
+            Py_XDECREF(part);
+            Py_DECREF(out);
+            if (PyErr_Occurred())
+                return NULL;
+            Py_RETURN_NONE;
+        }
+        PyTuple_SET_ITEM(out, i + 1, part);
+    }
+    return out;
+}
+
+/* getitem(op, x, key): ``x[key]`` for a basic key whose call is cached under methods.getitem's key
+ * (x's descriptors, the op, the key's index id); MISS otherwise. */
+static PyObject *getitem(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "getitem(op, x, key)");
+        return NULL;
+    }
+    PyObject *op = a[0], *x = a[1];
+    if (!tensor_ok(x))
+        return Py_NewRef(MISS);
+    int py = python_path();
+    if (py)
+        return py < 0 ? NULL : Py_NewRef(MISS);
+    PyObject *kid = index_id(a[2]);
+    if (kid == NULL)
+        return NULL;
+    if (kid == Py_None) {
+        Py_DECREF(kid);
+        return Py_NewRef(MISS);
+    }
+    PyObject *key = PyTuple_Pack(5, SLOT(SLOT(x, off_device), off_ctx), SLOT(x, off_dtype), SLOT(x, off_shape), op, kid);
+    Py_DECREF(kid);
+    if (key == NULL)
+        return NULL;
+    PyObject *args = PyTuple_Pack(1, x), *out = args == NULL ? NULL : run_cached(op, args, key);
+    Py_XDECREF(args);
+    Py_DECREF(key);
+    return out;
+}
+
+static PyObject *py_index_id(PyObject *self, PyObject *k) {
+    return index_id(k);
 }
 
 static PyObject *key(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
@@ -509,17 +687,22 @@ static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *off) {
 }
 
 static PyObject *configure(PyObject *self, PyObject *args) {
-    PyObject *tensor, *device, *g, *reg, *ints, *kset, *pset;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!OO!O!:configure", &PyType_Type, &tensor, &PyType_Type, &device,
+    PyObject *tensor, *device, *g, *reg, *ints, *kset, *pset, *grad;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OO!O!O:configure", &PyType_Type, &tensor, &PyType_Type, &device,
                           &PyDict_Type, &g, &PyList_Type, &reg, &ints, &PyFrozenSet_Type, &kset,
-                          &PyFrozenSet_Type, &pset))
+                          &PyFrozenSet_Type, &pset, &grad))
         return NULL;
+    if (!PyCallable_Check(grad)) {
+        PyErr_SetString(PyExc_TypeError, "configure(): is_grad_enabled must be callable");
+        return NULL;
+    }
     PyTypeObject *tt = (PyTypeObject *)tensor, *dt = (PyTypeObject *)device;
     if (slot_offset(tt, "_buf", &off_buf) || slot_offset(tt, "shape", &off_shape) || slot_offset(tt, "dtype", &off_dtype)
             || slot_offset(tt, "device", &off_device) || slot_offset(tt, "_node", &off_node)
             || slot_offset(dt, "_ctx", &off_ctx))
         return NULL;
-    PyObject *olds[] = {(PyObject *)Tensor, (PyObject *)DeviceType, globals, regions, INTS, keyable, seq_plain};
+    PyObject *olds[] = {(PyObject *)Tensor, (PyObject *)DeviceType, globals, regions, INTS, keyable, seq_plain,
+                        grad_enabled};
     Tensor = (PyTypeObject *)Py_NewRef(tensor);
     DeviceType = (PyTypeObject *)Py_NewRef(device);
     globals = Py_NewRef(g);
@@ -527,14 +710,20 @@ static PyObject *configure(PyObject *self, PyObject *args) {
     INTS = Py_NewRef(ints);
     keyable = Py_NewRef(kset);
     seq_plain = Py_NewRef(pset);
-    for (int i = 0; i < 7; i++)
+    grad_enabled = Py_NewRef(grad);
+    for (int i = 0; i < 8; i++)
         Py_XDECREF(olds[i]);
     Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS,
-     "configure(Tensor, Device, dispatch globals, autocast regions, _INTS, _KEYABLE, _SEQ_PLAIN)"},
+     "configure(Tensor, Device, dispatch globals, autocast regions, _INTS, _KEYABLE, _SEQ_PLAIN, is_grad_enabled)"},
+    {"binary", (PyCFunction)(void (*)(void))binary, METH_FASTCALL,
+     "binary(op, a, b): a binary operator on two tensors (fast plan or call cache), or MISS"},
+    {"getitem", (PyCFunction)(void (*)(void))getitem, METH_FASTCALL,
+     "getitem(op, x, key): x[key] for a basic key from the call cache, or MISS"},
+    {"index_id", (PyCFunction)py_index_id, METH_O, "index_id(key): methods._index_id in C"},
     {"lookup", (PyCFunction)(void (*)(void))lookup, METH_FASTCALL,
      "lookup(op, args, kwargs): an op function's cache hit, or MISS"},
     {"run_keyed", (PyCFunction)(void (*)(void))run_keyed, METH_FASTCALL,
@@ -559,7 +748,9 @@ PyMODINIT_FUNC PyInit__hit(void) {
     s_fast = PyUnicode_InternFromString("fast");
     s_plans = PyUnicode_InternFromString("plans");
     s_run = PyUnicode_InternFromString("run");
-    if (MISS == NULL || s_observers == NULL || s_tracer == NULL || s_fast == NULL || s_plans == NULL || s_run == NULL
+    s_s = PyUnicode_InternFromString("s");
+    s_t = PyUnicode_InternFromString("t");
+    if (s_s == NULL || s_t == NULL || MISS == NULL || s_observers == NULL || s_tracer == NULL || s_fast == NULL || s_plans == NULL || s_run == NULL
             || PyModule_AddObjectRef(m, "MISS", MISS) < 0
             || PyModule_AddObjectRef(m, "Runner", (PyObject *)&RunnerType) < 0) {
         Py_DECREF(m);

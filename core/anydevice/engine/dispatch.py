@@ -300,7 +300,7 @@ if os.environ.get("ANYDEVICE_NATIVE_DISPATCH", "1") != "0":
     except ImportError:  # built without a C compiler
         _chit = None
     else:
-        _chit.configure(Tensor, Device, globals(), _autocast.regions, _INTS, _KEYABLE, _SEQ_PLAIN)
+        _chit.configure(Tensor, Device, globals(), _autocast.regions, _INTS, _KEYABLE, _SEQ_PLAIN, _ag.is_grad_enabled)
 _MISS = _chit.MISS if _chit is not None else object()
 
 

@@ -105,6 +105,8 @@ def reshape(self, *shape) -> Tensor:
 _getitem = get_op("getitem")
 _INDEX_PARTS = frozenset({int, type(None)})
 _canonical: dict = {}  # (index id, shape) -> canonical key
+_c_getitem = _dispatch._chit.getitem if _dispatch._chit is not None else None
+_c_binary = _dispatch._chit.binary if _dispatch._chit is not None else None
 
 
 def _index_id(key):
@@ -135,6 +137,8 @@ def _index_id(key):
 
 def getitem(x, key, /):
     """``x[key]``: an integer-tensor key gathers rows (``take``), anything else is a static key."""
+    if _c_getitem is not None and (r := _c_getitem(_getitem, x, key)) is not _MISS:
+        return r  # the cached basic index below, in C
     kid = _index_id(key) if type(x) is Tensor else None
     if kid is not None:  # a basic index: its canonical form and the call are cached per shape
         shape = x.shape
@@ -265,6 +269,8 @@ def _binop(opname: str, reflected: bool = False, symbol: str = ""):
 
     def fwd(self, other, /):
         t_other = type(other)
+        if t_other is Tensor and _c_binary is not None and (r := _c_binary(op, self, other)) is not _MISS:
+            return r  # the Tensor-Tensor branch below, in C
         if t_other is not Tensor and t_other not in _SCALARS:
             other = _operand(other, True, symbol)
             if other is NotImplemented:

@@ -18,6 +18,7 @@ SHOWN = (
     "ANYDEVICE_DEVICE", "ANYDEVICE_BACKENDS", "ANYDEVICE_FALLBACK", "ANYDEVICE_KEEP_UNUSABLE",
     "ANYDEVICE_SIM_CONFIG", "ANYDEVICE_SIM_FAULTS",
     "ANYDEVICE_OPENCL_PLATFORM", "ANYDEVICE_OPENCL_DEVICE_TYPE", "ANYDEVICE_OPENCL_CACHE_DIR",
+    "ANYDEVICE_NATIVE_DISPATCH", "ANYDEVICE_CPU_NATIVE",
 )
 #: Per-type settings: ``ANYDEVICE_<TYPE>_VISIBLE_DEVICES``, ``ANYDEVICE_PLUGIN_<TYPE>``, ``ANYDEVICE_SIM_<TYPE>_PROFILE``.
 SHOWN_PATTERN = re.compile(r"ANYDEVICE_(?:[A-Z0-9_]+_VISIBLE_DEVICES|PLUGIN_[A-Z0-9_]+|SIM_[A-Z0-9_]+_PROFILE)")
@@ -50,5 +51,16 @@ def environment() -> dict:
         "python": platform.python_version(), "python_executable": sys.executable, "platform": platform.platform(),
         "machine": platform.machine(), "numpy": np.__version__, "pluggy": pluggy_v, "anydevice": anydevice.__version__,
         "plugin_api_version": API_VERSION, "supported_plugin_api_versions": list(SUPPORTED_API_VERSIONS),
-        "env": settings(),
+        "env": settings(), "dispatch_hit": _dispatch_hit(),
     }
+
+
+def _dispatch_hit() -> str:
+    """How the dispatcher runs a call-cache hit: its C extension, or Python (and why)."""
+    from anydevice.engine import dispatch
+
+    if dispatch._chit is not None:
+        return "C (engine/_hit.c)"
+    if os.environ.get("ANYDEVICE_NATIVE_DISPATCH", "1") == "0":
+        return "Python (ANYDEVICE_NATIVE_DISPATCH=0)"
+    return "Python (the C extension was not built: no C compiler when installed)"

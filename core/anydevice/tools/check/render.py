@@ -47,6 +47,8 @@ def render(report: dict, console=None) -> None:
     e = report["environment"]
     c.print(T(f"anydevice {e['anydevice']} (plugin API {e['plugin_api_version']}) · Python {e['python']} · "
               f"numpy {e['numpy']} · {e['platform']}", style="bold"))
+    if e.get("dispatch_hit"):
+        c.print(T(f"dispatch hit path: {e['dispatch_hit']}"))
     if e["env"]:
         c.print(T("environment: " + " ".join(f"{k}={v}" for k, v in e["env"].items())))
     width = max(30, c.width - 44)

@@ -68,7 +68,7 @@ SCHEMA = {
                             "in_process": _BOOL}, distributed={"type": ["integer", "null"]}),
         "environment": _object({"python": _STR, "numpy": _STR, "anydevice": _STR, "plugin_api_version": _INT,
                                 "supported_plugin_api_versions": {"type": "array", "items": _INT},
-                                "env": {"type": "object", "additionalProperties": _STR}}),
+                                "env": {"type": "object", "additionalProperties": _STR}}, dispatch_hit=_STR),
         "plugins": {"type": "array", "items": _PLUGIN},
         "devices": {"type": "object", "additionalProperties": _DEVICE_TYPE},
         "verdict": _STR,
