@@ -247,3 +247,20 @@ def test_plain_kernels_pass_positions_and_keywords_through():
     with pytest.raises(TypeError):
         k()
     np.testing.assert_array_equal(K._TABLE["concat"][0]([np.ones(2), np.zeros((1, 2))], axis=None), [1, 1, 0, 0])
+
+
+def test_the_c_astype_kernel_is_the_python_one():
+    k = K._TABLE["astype"][0]
+    assert type(k).__name__ == "Kernel"
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((70, 33)) * 1e3).astype(np.float32)
+    x[0, :4] = [np.nan, np.inf, -np.inf, 7e4]  # float16 overflows to inf
+    cases = [(x, ad.float16), (K._astype(None, x, ad.float16), ad.float32), (x.T, ad.float16),
+             (x[:2, :3], ad.float16), (x, ad.int32), (x, ad.bfloat16), (x, ad.float64),
+             (x.astype(np.float64), ad.float16), (np.float32(2.5), ad.float16), (x.astype(">f4"), ad.float16)]
+    for a, d in cases:
+        for got in (k(None, a, d), k(None, a, dtype=d, copy=True)):
+            want = K._astype(None, a, d)
+            assert got.dtype == want.dtype and got.shape == want.shape
+            np.testing.assert_array_equal(got, want)
+

@@ -385,3 +385,21 @@ def test_copy_and_deepcopy_give_independent_tensors(device):
     assert pair[0] is pair[1]
     with pytest.raises(RuntimeError, match=r"deepcopy\(\) of a tensor computed in a recorded graph.*detach\(\)"):
         copy.deepcopy(x * 2.0)
+
+
+@pytest.mark.parametrize("device", ["cpu", "npu"])
+def test_casts_do_not_warn_on_any_path(device):
+    """Overflowing and NaN casts give IEEE/C results without numpy's RuntimeWarnings, for large
+    and small, contiguous and strided arrays (the cpu's C conversion and its numpy path alike)."""
+    import warnings
+
+    big = np.array([7e4, np.nan, -7e4, 1.0], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "overflow encountered in cast" would raise here
+        x = ad.asarray(np.tile(big, 40), device=device)
+        tensors = [x, x[::2], x[:4]]
+        if device == "cpu":
+            tensors.append(ad.asarray(big.astype(np.float64) * 1e300, device=device))
+        for t in tensors:
+            for d in (ad.float16, ad.float32, ad.int32):
+                t.astype(d)

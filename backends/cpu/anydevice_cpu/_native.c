@@ -513,18 +513,20 @@ static PyObject *py_var(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  *   warnings off (the contextvar ``var`` set to ``ignore`` around the call, as _ufunc_kernel does),
  *   ``generic(ctx, ...)`` for keyword calls and, where ``halves`` is not None, for float16/bfloat16
  *   inputs (``half_set``, filled by calling ``halves()`` the first time it is empty);
+ * - astype(generic, empty, ndarray, f16, f32): float32 <-> float16 of a C-contiguous ndarray in
+ *   to_f16/to_f32 (as native.convert does it), ``generic(ctx, x, dtype, copy)`` otherwise;
  * - extreme(op, generic, empty, ndarray): max (op 1) or min (2) of a C-contiguous float32/float64
  *   ndarray over all axes or one, in reduce_f32/f64 above, into ``empty(shape, dtype)``;
  *   ``generic(ctx, x, axis, keepdims)`` otherwise. */
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
-    int kind;  /* 0 plain, 1 quiet, 2 extreme */
+    int kind;  /* 0 plain, 1 quiet, 2 extreme, 3 astype */
     int op;
-    PyObject *fn, *generic, *halves, *half_set, *var, *ignore, *empty;
+    PyObject *fn, *generic, *halves, *half_set, *var, *ignore, *empty;  /* astype: halves float16, half_set float32 */
 } Wrapper;
 
-static PyObject *s_dtype;
+static PyObject *s_dtype, *s_np, *s_shape;
 
 static PyObject *call_generic(Wrapper *w, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     return PyObject_Vectorcall(w->generic, args, PyVectorcall_NARGS(nargsf), kwnames);
@@ -672,6 +674,71 @@ static PyObject *extreme_call(PyObject *self, PyObject *const *args, size_t narg
     return out;
 }
 
+/* astype(ctx, x, dtype, copy=True): float32 <-> float16 of a non-empty C-contiguous ndarray, in
+ * to_f16/to_f32 above (as native.convert); ``generic`` otherwise. Without Python frames this beats
+ * numpy's cast at every size (native.convert, which is called from Python, leaves small arrays to
+ * numpy). */
+#define CONVERT_MIN 1
+static PyObject *astype_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Wrapper *w = (Wrapper *)self;
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf), nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (n < 2 || n + nk > 4 || Py_TYPE(args[1]) != (PyTypeObject *)w->fn)
+        return call_generic(w, args, nargsf, kwnames);
+    PyObject *x = args[1], *dtype = n > 2 ? args[2] : NULL;
+    for (Py_ssize_t i = 0; i < nk; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+        if (PyUnicode_CompareWithASCIIString(name, "dtype") == 0 && dtype == NULL) dtype = args[n + i];
+        else if (PyUnicode_CompareWithASCIIString(name, "copy") != 0) return call_generic(w, args, nargsf, kwnames);
+    }
+    if (dtype == NULL)
+        return call_generic(w, args, nargsf, kwnames);
+    PyObject *to = PyObject_GetAttr(dtype, s_np), *from = to == NULL ? NULL : PyObject_GetAttr(x, s_dtype);
+    int half = to == w->halves && from == w->half_set, single = to == w->half_set && from == w->halves;
+    Py_XDECREF(from);
+    if (to == NULL || !(half || single)) {
+        Py_XDECREF(to);
+        PyErr_Clear();
+        return call_generic(w, args, nargsf, kwnames);
+    }
+    Py_buffer bx;
+    if (PyObject_GetBuffer(x, &bx, PyBUF_C_CONTIGUOUS) != 0) {
+        PyErr_Clear();
+        Py_DECREF(to);
+        return call_generic(w, args, nargsf, kwnames);
+    }
+    Py_ssize_t count = bx.len / (half ? 4 : 2);
+    if (count < CONVERT_MIN) {
+        PyBuffer_Release(&bx);
+        Py_DECREF(to);
+        return call_generic(w, args, nargsf, kwnames);
+    }
+    PyObject *shape = PyObject_GetAttr(x, s_shape), *out = NULL;
+    if (shape != NULL) {
+        PyObject *a2[2] = {shape, to};
+        out = PyObject_Vectorcall(w->empty, a2, 2, NULL);
+        Py_DECREF(shape);
+    }
+    Py_DECREF(to);
+    Py_buffer bo;
+    if (out == NULL || PyObject_GetBuffer(out, &bo, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) {
+        PyBuffer_Release(&bx);
+        Py_XDECREF(out);
+        return NULL;
+    }
+    if (bo.len != count * (half ? 2 : 4)) {
+        PyErr_SetString(PyExc_ValueError, "astype: the result's size does not match");
+        Py_CLEAR(out);
+    } else {
+        PyThreadState *ts = bx.len >= (1 << 16) ? PyEval_SaveThread() : NULL;
+        if (half) to_f16((const float *)bx.buf, (uint16_t *)bo.buf, count, 0);
+        else to_f32((const uint16_t *)bx.buf, (float *)bo.buf, count, 0);
+        if (ts != NULL) PyEval_RestoreThread(ts);
+    }
+    PyBuffer_Release(&bo);
+    PyBuffer_Release(&bx);
+    return out;
+}
+
 static int wrapper_traverse(Wrapper *w, visitproc visit, void *arg) {
     Py_VISIT(w->fn); Py_VISIT(w->generic); Py_VISIT(w->halves); Py_VISIT(w->half_set); Py_VISIT(w->var);
     Py_VISIT(w->ignore); Py_VISIT(w->empty);
@@ -691,8 +758,8 @@ static void wrapper_dealloc(Wrapper *w) {
 }
 
 static PyObject *wrapper_repr(Wrapper *w) {
-    static const char *kinds[] = {"plain", "quiet", "extreme"};
-    return PyUnicode_FromFormat("<cpu kernel %s(%R)>", kinds[w->kind], w->kind == 2 ? w->generic : w->fn);
+    static const char *kinds[] = {"plain", "quiet", "extreme", "astype"};
+    return PyUnicode_FromFormat("<cpu kernel %s(%R)>", kinds[w->kind], w->kind >= 2 ? w->generic : w->fn);
 }
 
 static PyTypeObject WrapperType = {
@@ -754,6 +821,15 @@ static PyObject *py_extreme(PyObject *self, PyObject *const *args, Py_ssize_t na
     return w;
 }
 
+static PyObject *py_astype(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyCallable_Check(args[0]) || !PyCallable_Check(args[1]) || !PyType_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "astype(generic, empty, ndarray, float16 dtype, float32 dtype)");
+        return NULL;
+    }
+    PyObject *f[7] = {args[2], args[0], args[3], args[4], NULL, NULL, args[1]};
+    return new_wrapper(3, astype_call, f);
+}
+
 static PyMethodDef methods[] = {
     {"var", (PyCFunction)(void (*)(void))py_var, METH_FASTCALL,
      "var(x, correction, double): np.var of all of x (float32 or float64), or None where x is not C-contiguous or empty"},
@@ -769,6 +845,8 @@ static PyMethodDef methods[] = {
     {"plain", (PyCFunction)(void (*)(void))py_plain, METH_FASTCALL, "plain(fn): the kernel k(ctx, *a, **kw) = fn(*a, **kw)"},
     {"quiet", (PyCFunction)(void (*)(void))py_quiet, METH_FASTCALL,
      "quiet(fn, generic, halves, half_set, var, ignore): fn(*inputs) with floating-point warnings off"},
+    {"astype", (PyCFunction)(void (*)(void))py_astype, METH_FASTCALL,
+     "astype(generic, empty, ndarray, float16, float32): the astype kernel, float32 <-> float16 in C"},
     {"extreme", (PyCFunction)(void (*)(void))py_extreme, METH_FASTCALL,
      "extreme(op, generic, empty, ndarray): the max (1) or min (2) kernel of float32/float64 arrays"},
     {NULL, NULL, 0, NULL},
@@ -780,7 +858,9 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", "Fused flo
 PyMODINIT_FUNC PyInit__native(void) {
     if (PyType_Ready(&WrapperType) < 0) return NULL;
     s_dtype = PyUnicode_InternFromString("dtype");
-    if (s_dtype == NULL) return NULL;
+    s_np = PyUnicode_InternFromString("_np");
+    s_shape = PyUnicode_InternFromString("shape");
+    if (s_dtype == NULL || s_np == NULL || s_shape == NULL) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && PyModule_AddObjectRef(m, "Kernel", (PyObject *)&WrapperType) < 0) Py_CLEAR(m);
     return m;

@@ -150,9 +150,21 @@ def _astype(ctx, x, dtype, copy=True):
     r = _native.convert(x, to)  # float32 <-> float16
     if r is not None:
         return r
+    # numpy's casts warn on overflow (float64 -> float32, float32 -> float16) and on NaN to an
+    # integer; device math does not (nor does the C conversion, nor any other backend)
+    if _fp_state is None:
+        with np.errstate(all="ignore"):
+            return _cast(x, dtype, to)
+    token = _fp_state.set(_IGNORE)
+    try:
+        return _cast(x, dtype, to)
+    finally:
+        _fp_state.reset(token)
+
+
+def _cast(x, dtype, to):
     if dtype.kind in ("int", "uint") and x.dtype.kind == "f":
-        with np.errstate(invalid="ignore"):
-            return np.trunc(x).astype(to)
+        return np.trunc(x).astype(to)  # toward zero, as C casts
     return x.astype(to)
 
 
@@ -557,7 +569,7 @@ _TABLE = {
     "stack": (lambda arrays, axis: np.stack(arrays, axis=axis), "plain"),
     "squeeze": (lambda x, axis: np.squeeze(x, axis=axis), "plain"),
     "expand_dims": (lambda x, axis: np.expand_dims(x, axis), "plain"),
-    "flip": (lambda x, axis: np.flip(x, axis=axis) if np.ndim(x) else x, "plain"), "astype": (_astype, "ctx"),
+    "flip": (lambda x, axis: np.flip(x, axis=axis) if np.ndim(x) else x, "plain"), "astype": (_native.astype(_astype) or _astype, "ctx"),
     "getitem": (lambda ctx, x, key: np.asarray(x)[_numpy_key(key)], "ctx"), "setitem": (_setitem, "plain"), "take": (_take, "plain"),
     "full": (_full, "plain"),
     "arange": (_arange, "plain"), "eye": (_eye, "plain"), "linspace": (_linspace, "plain"),

@@ -160,3 +160,9 @@ def extreme(op: int, generic):
     """The max (op MAX) or min (MIN) kernel ``k(ctx, x, axis, keepdims)``: as :func:`reduce`
     for float32/float64 C-contiguous arrays over every axis or one, ``generic`` otherwise."""
     return _c.extreme(op, generic, _empty, _ND) if _c is not None else None
+
+
+def astype(generic):
+    """The astype kernel ``k(ctx, x, dtype, copy=True)``: :func:`convert`'s float32 <-> float16
+    in C for C-contiguous arrays, ``generic`` for everything else (strided inputs included)."""
+    return _c.astype(generic, _empty, _ND, _F16, _F32) if _c is not None else None
