@@ -264,3 +264,28 @@ def test_the_c_astype_kernel_is_the_python_one():
             assert got.dtype == want.dtype and got.shape == want.shape
             np.testing.assert_array_equal(got, want)
 
+
+
+def test_the_matmul_kernel_gives_numpys_bits_without_warnings():
+    import warnings
+
+    from anydevice.runtime.devices import get_backend
+
+    k = get_backend("cpu").kernels.lookup("matmul", ad.float32).fn
+    rng = np.random.default_rng(5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for dt in (np.float32, np.float64, np.float16, np.int32):
+            for m, n, p in [(1, 1, 1), (4, 4, 4), (3, 5, 7), (64, 64, 64), (256, 64, 10), (1, 300, 1)]:
+                a = (rng.standard_normal((m, n)) * 3).astype(dt)
+                b = (rng.standard_normal((n, p)) * 3).astype(dt)
+                for x, y in [(a, b), (np.asfortranarray(a), b), (a, a.T)]:
+                    if x.shape[1] != y.shape[0]:
+                        continue
+                    want = K._ufunc_kernel(np.matmul, True)(None, x, y)
+                    got = k(None, x, y)
+                    assert got.dtype == want.dtype and np.array_equal(got.view(np.uint8), want.view(np.uint8))
+        big = np.full((4, 4), 3e38, np.float32)
+        assert np.isinf(k(None, big, big)).all()  # overflow: inf, no RuntimeWarning
+        batch = rng.standard_normal((2, 3, 4)).astype(np.float32)
+        np.testing.assert_array_equal(k(None, batch, batch[0].T.copy()), np.matmul(batch, batch[0].T.copy()))

@@ -578,6 +578,27 @@ _TABLE = {
 }
 
 
+def _matmul():
+    """matmul's kernel: two float32/float64 matrices that are not views through ``ndarray.dot``,
+    the same BLAS call as ``np.matmul`` (the same bits) without the ufunc layers, warnings
+    silenced as the quiet kernel silences them; the quiet ufunc kernel otherwise (batches,
+    vectors, other dtypes, views: ``dot`` may take a view and its base, ``a @ a.T``, as a
+    symmetric product with other rounding)."""
+    generic = _ufunc_kernel(np.matmul, True)
+    dot = _native.quiet(np.ndarray.dot, generic, None, _HALF, _fp_state, _IGNORE) if _fp_state is not None else None
+    if dot is None:  # no C kernels (or an old numpy): the quiet ufunc kernel for every call
+        return generic
+    f32, f64, nd = np.dtype(np.float32), np.dtype(np.float64), np.ndarray
+
+    def k(ctx, a, b):
+        if (type(a) is nd and type(b) is nd and a.ndim == 2 and b.ndim == 2 and a.base is None and b.base is None
+                and a.dtype is b.dtype and (a.dtype is f32 or a.dtype is f64)):
+            return dot(ctx, a, b)
+        return generic(ctx, a, b)
+
+    return k
+
+
 def _plain(fn):
     def k(ctx, *a, **kw):
         return fn(*a, **kw)
@@ -599,7 +620,9 @@ def _fast_binary(fn):
 
 def register(kernels) -> None:
     for name, (fn, how) in _TABLE.items():
-        if how == "plain" and isinstance(fn, np.ufunc) and fn.nin == 2:
+        if name == "matmul":
+            kernels.register(name, _matmul())
+        elif how == "plain" and isinstance(fn, np.ufunc) and fn.nin == 2:
             kernels.register(name, _fast_binary(fn))
         elif how in ("quiet", "half") and isinstance(fn, np.ufunc):
             kernels.register(name, _ufunc_kernel(fn, how == "half"))
