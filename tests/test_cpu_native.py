@@ -289,3 +289,31 @@ def test_the_matmul_kernel_gives_numpys_bits_without_warnings():
         assert np.isinf(k(None, big, big)).all()  # overflow: inf, no RuntimeWarning
         batch = rng.standard_normal((2, 3, 4)).astype(np.float32)
         np.testing.assert_array_equal(k(None, batch, batch[0].T.copy()), np.matmul(batch, batch[0].T.copy()))
+
+
+def test_the_c_concat_kernel_is_numpys():
+    from anydevice.runtime.devices import get_backend
+
+    k = get_backend("cpu").kernels.lookup("concat", None).fn
+    assert type(k).__name__ == "Kernel"
+    rng = np.random.default_rng(1)
+    for dt in (np.float32, np.float64, np.float16, np.int8, np.int64, np.complex64, np.bool_):
+        a = (rng.standard_normal((3, 4, 5)) * 5).astype(dt)
+        b = (rng.standard_normal((3, 2, 5)) * 5).astype(dt)
+        for arrays, axis in [([a, a], 0), ([a, b], 1), ([a, b], -2), ([a, a, a], 2), ([a], 0), ([a[:, :0], b], 1),
+                             ([a.transpose(1, 0, 2).copy(), a.transpose(1, 0, 2)], 1), ([a, a], None),
+                             ((a, a), 2), ([a[0], a[1]], 0)]:
+            want = np.concatenate(arrays, axis=axis)
+            for got in (k(None, arrays, axis=axis), k(None, arrays, axis)):
+                assert got.dtype == want.dtype and got.shape == want.shape
+                np.testing.assert_array_equal(got, want)
+    for arrays, axis in [([np.ones((2, 3)), np.ones((2, 4))], 0), ([np.ones((2, 3)), np.ones(3)], 0),
+                         ([np.ones(3)], 5), ([np.ones(())], 0)]:
+        with pytest.raises(Exception) as theirs:
+            np.concatenate(arrays, axis=axis)
+        with pytest.raises(theirs.type):  # numpy's own error, from numpy
+            k(None, arrays, axis=axis)
+    mixed = k(None, [np.ones(3, np.float32), np.ones(3)], axis=0)  # numpy's promotion
+    assert mixed.dtype == np.float64
+    objects = k(None, [np.array([1, None], object)] * 2, axis=0)
+    assert objects.tolist() == [1, None, 1, None]

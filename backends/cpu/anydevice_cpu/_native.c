@@ -515,13 +515,15 @@ static PyObject *py_var(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  *   inputs (``half_set``, filled by calling ``halves()`` the first time it is empty);
  * - astype(generic, empty, ndarray, f16, f32): float32 <-> float16 of a C-contiguous ndarray in
  *   to_f16/to_f32 (as native.convert does it), ``generic(ctx, x, dtype, copy)`` otherwise;
+ * - concat(generic, empty, ndarray): C-contiguous arrays of one dtype joined along an int axis by
+ *   copying rows, ``generic(ctx, arrays, axis)`` otherwise;
  * - extreme(op, generic, empty, ndarray): max (op 1) or min (2) of a C-contiguous float32/float64
  *   ndarray over all axes or one, in reduce_f32/f64 above, into ``empty(shape, dtype)``;
  *   ``generic(ctx, x, axis, keepdims)`` otherwise. */
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
-    int kind;  /* 0 plain, 1 quiet, 2 extreme, 3 astype */
+    int kind;  /* 0 plain, 1 quiet, 2 extreme, 3 astype, 4 concat */
     int op;
     PyObject *fn, *generic, *halves, *half_set, *var, *ignore, *empty;  /* astype: halves float16, half_set float32 */
 } Wrapper;
@@ -739,6 +741,103 @@ static PyObject *astype_call(PyObject *self, PyObject *const *args, size_t nargs
     return out;
 }
 
+/* concat(ctx, arrays, axis): C-contiguous ndarrays of one dtype (the same dtype object, no
+ * Python objects inside) joined along an int axis by copying each one's rows of that axis in
+ * turn; ``generic`` otherwise (axis None, strided inputs, mismatched shapes: numpy's errors). */
+#define CONCAT_MAX 32
+static PyObject *concat_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Wrapper *w = (Wrapper *)self;
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf), nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    PyObject *seq = n > 1 ? args[1] : NULL, *axis = n > 2 ? args[2] : NULL;
+    if (n + nk != 3 || seq == NULL || !(PyList_CheckExact(seq) || PyTuple_CheckExact(seq)))
+        return call_generic(w, args, nargsf, kwnames);
+    if (nk == 1) {
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "axis") != 0)
+            return call_generic(w, args, nargsf, kwnames);
+        axis = args[n];
+    }
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    if (axis == NULL || !PyLong_CheckExact(axis) || m < 1 || m > CONCAT_MAX)
+        return call_generic(w, args, nargsf, kwnames);
+    for (Py_ssize_t i = 0; i < m; i++)
+        if (Py_TYPE(items[i]) != (PyTypeObject *)w->fn)
+            return call_generic(w, args, nargsf, kwnames);
+    long a = PyLong_AsLong(axis);
+    if (a == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return call_generic(w, args, nargsf, kwnames);
+    }
+    Py_buffer b[CONCAT_MAX];
+    Py_ssize_t got = 0;
+    PyObject *dt = PyObject_GetAttr(items[0], s_dtype), *out = NULL, *shape = NULL;
+    int ok = dt != NULL;
+    for (; ok && got < m; got++) {
+        if (PyObject_GetBuffer(items[got], &b[got], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
+            ok = 0;
+            break;
+        }
+        const char *f = b[got].format ? b[got].format : "B";
+        PyObject *d = got ? PyObject_GetAttr(items[got], s_dtype) : NULL;
+        ok = strchr(f, 'O') == NULL && strchr(f, 'T') == NULL && b[got].ndim >= 1 && b[got].ndim == b[0].ndim
+             && b[got].itemsize == b[0].itemsize && (got == 0 || d == dt);
+        Py_XDECREF(d);
+    }
+    int nd = ok ? b[0].ndim : 0;
+    if (ok) {
+        if (a < -nd || a >= nd) ok = 0;
+        else if (a < 0) a += nd;
+    }
+    for (Py_ssize_t i = 1; ok && i < m; i++)
+        for (int j = 0; ok && j < nd; j++)
+            ok = j == a || b[i].shape[j] == b[0].shape[j];
+    Py_ssize_t outer = 1, inner = 1, total = 0;
+    int failed = 0;  /* an error to raise (no memory), not a call to hand to numpy */
+    if (ok) {
+        for (int j = 0; j < a; j++) outer *= b[0].shape[j];
+        for (int j = (int)a + 1; j < nd; j++) inner *= b[0].shape[j];
+        for (Py_ssize_t i = 0; i < m; i++) total += b[i].shape[a];
+        shape = PyTuple_New(nd);
+        for (int j = 0; shape != NULL && j < nd; j++) {
+            PyObject *v = PyLong_FromSsize_t(j == a ? total : b[0].shape[j]);
+            if (v == NULL) Py_CLEAR(shape);
+            else PyTuple_SET_ITEM(shape, j, v);
+        }
+        if (shape != NULL) {
+            PyObject *a2[2] = {shape, dt};
+            out = PyObject_Vectorcall(w->empty, a2, 2, NULL);
+        }
+        failed = out == NULL;
+    }
+    if (out != NULL) {
+        Py_buffer bo;
+        if (PyObject_GetBuffer(out, &bo, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) {
+            Py_CLEAR(out);
+            failed = 1;
+        } else {
+            Py_ssize_t row = inner * b[0].itemsize;
+            PyThreadState *ts = bo.len >= (1 << 16) ? PyEval_SaveThread() : NULL;
+            char *dst = (char *)bo.buf;
+            for (Py_ssize_t o = 0; o < outer; o++)
+                for (Py_ssize_t i = 0; i < m; i++) {
+                    Py_ssize_t chunk = b[i].shape[a] * row;
+                    if (chunk) memcpy(dst, (const char *)b[i].buf + o * chunk, (size_t)chunk);
+                    dst += chunk;
+                }
+            if (ts != NULL) PyEval_RestoreThread(ts);
+            PyBuffer_Release(&bo);
+        }
+    }
+    for (Py_ssize_t i = 0; i < got; i++)
+        PyBuffer_Release(&b[i]);
+    Py_XDECREF(shape);
+    Py_XDECREF(dt);
+    if (out != NULL || failed)
+        return out;
+    PyErr_Clear();  /* a buffer numpy does not export C-contiguous, or a form left to numpy */
+    return call_generic(w, args, nargsf, kwnames);
+}
+
 static int wrapper_traverse(Wrapper *w, visitproc visit, void *arg) {
     Py_VISIT(w->fn); Py_VISIT(w->generic); Py_VISIT(w->halves); Py_VISIT(w->half_set); Py_VISIT(w->var);
     Py_VISIT(w->ignore); Py_VISIT(w->empty);
@@ -758,7 +857,7 @@ static void wrapper_dealloc(Wrapper *w) {
 }
 
 static PyObject *wrapper_repr(Wrapper *w) {
-    static const char *kinds[] = {"plain", "quiet", "extreme", "astype"};
+    static const char *kinds[] = {"plain", "quiet", "extreme", "astype", "concat"};
     return PyUnicode_FromFormat("<cpu kernel %s(%R)>", kinds[w->kind], w->kind >= 2 ? w->generic : w->fn);
 }
 
@@ -830,6 +929,15 @@ static PyObject *py_astype(PyObject *self, PyObject *const *args, Py_ssize_t nar
     return new_wrapper(3, astype_call, f);
 }
 
+static PyObject *py_concat(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyCallable_Check(args[0]) || !PyCallable_Check(args[1]) || !PyType_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "concat(generic, empty, ndarray)");
+        return NULL;
+    }
+    PyObject *f[7] = {args[2], args[0], NULL, NULL, NULL, NULL, args[1]};
+    return new_wrapper(4, concat_call, f);
+}
+
 static PyMethodDef methods[] = {
     {"var", (PyCFunction)(void (*)(void))py_var, METH_FASTCALL,
      "var(x, correction, double): np.var of all of x (float32 or float64), or None where x is not C-contiguous or empty"},
@@ -847,6 +955,8 @@ static PyMethodDef methods[] = {
      "quiet(fn, generic, halves, half_set, var, ignore): fn(*inputs) with floating-point warnings off"},
     {"astype", (PyCFunction)(void (*)(void))py_astype, METH_FASTCALL,
      "astype(generic, empty, ndarray, float16, float32): the astype kernel, float32 <-> float16 in C"},
+    {"concat", (PyCFunction)(void (*)(void))py_concat, METH_FASTCALL,
+     "concat(generic, empty, ndarray): the concat kernel, C-contiguous arrays of one dtype joined in C"},
     {"extreme", (PyCFunction)(void (*)(void))py_extreme, METH_FASTCALL,
      "extreme(op, generic, empty, ndarray): the max (1) or min (2) kernel of float32/float64 arrays"},
     {NULL, NULL, 0, NULL},

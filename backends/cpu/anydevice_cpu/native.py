@@ -166,3 +166,9 @@ def astype(generic):
     """The astype kernel ``k(ctx, x, dtype, copy=True)``: :func:`convert`'s float32 <-> float16
     in C for C-contiguous arrays, ``generic`` for everything else (strided inputs included)."""
     return _c.astype(generic, _empty, _ND, _F16, _F32) if _c is not None else None
+
+
+def concat(generic):
+    """The concat kernel ``k(ctx, arrays, axis)``: C-contiguous arrays of one dtype joined along
+    an int axis in C (row copies), ``generic`` for everything else."""
+    return _c.concat(generic, _empty, _ND) if _c is not None else None
