@@ -1,6 +1,6 @@
 # Sourced by scripts/check and scripts/test: creates .venv (once), installs anydevice with every
 # backend distribution in this repository (again only when a pyproject.toml, setup.py or a C source
-# changed: the install builds the cpu backend's C kernels and the dispatcher's C hit), and makes sure OpenCL has a
+# changed: the install builds the cpu backend's C kernels, the OpenCL launch and the dispatcher's C hit), and makes sure OpenCL has a
 # working device (see opencl_setup below). Prints a few progress lines.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,7 +17,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   pip_q --upgrade pip
 fi
 stamp="$VENV/.anydevice-installed"
-want="$(cat "$ROOT"/pyproject.toml "$ROOT"/setup.py "$ROOT"/backends/*/pyproject.toml "$ROOT"/backends/cpu/anydevice_cpu/*.c "$ROOT"/core/anydevice/engine/*.c 2>/dev/null | sha256sum | cut -c1-16)"
+want="$(cat "$ROOT"/pyproject.toml "$ROOT"/setup.py "$ROOT"/backends/*/pyproject.toml "$ROOT"/backends/*/setup.py "$ROOT"/backends/*/anydevice_*/*.c "$ROOT"/core/anydevice/engine/*.c 2>/dev/null | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   say "installing anydevice and its backends into $VENV (pip; about a minute the first time)"
   pkgs=(-e "$ROOT[test]")

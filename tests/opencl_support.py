@@ -1,6 +1,6 @@
 """What the OpenCL kernel test modules share: the skip reason when no OpenCL device works, a
 fixture that turns CPU fallbacks into errors (every call must run on the device), and a spy on
-the kernel launches of ``anydevice_opencl.kernels``."""
+the kernel launches of ``anydevice_opencl.kernels``, and a count of all launches."""
 from __future__ import annotations
 
 import importlib.util
@@ -29,6 +29,19 @@ def spy_launches(monkeypatch) -> list:
     seen, launch = [], kernels._launch
     monkeypatch.setattr(kernels, "_launch", lambda ctx, spec, *a: (seen.append(spec), launch(ctx, spec, *a))[1])
     return seen
+
+
+def count_launches(monkeypatch):
+    """A function giving the kernels queued from now on, through pyopencl or the backend's C launch."""
+    import pyopencl as cl
+
+    from anydevice_opencl.runtime import native_launch
+
+    c = native_launch()
+    count, real = [0], cl.enqueue_nd_range_kernel
+    monkeypatch.setattr(cl, "enqueue_nd_range_kernel", lambda *a, **k: (count.__setitem__(0, count[0] + 1), real(*a, **k))[1])
+    start = c.launches() if c is not None else 0
+    return lambda: count[0] + (c.launches() - start if c is not None else 0)
 
 
 def has_dtype(name: str) -> bool:

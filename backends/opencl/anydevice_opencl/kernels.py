@@ -26,6 +26,7 @@ from anydevice.base import dtypes as _dt
 from anydevice.ops.indexing import key_shape
 
 from . import codegen
+from . import runtime as _runtime
 
 _BITS = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64", 16: "complex128"}  # bit-copy dtype by element size
 #: element-wise ops registered natively (``gelu_tanh`` is gelu's ``approximate="tanh"`` form)
@@ -305,6 +306,7 @@ def _elementwise_kernel(op: str):
     # (context, first and last input dtypes, approximate) -> _EwPlan; the op's signature fixes the
     # other inputs' dtypes
     plans: dict = {}
+    hot: list = []  # [the C hot path (_launch.Elementwise)] when there is one
 
     def plan(ctx, xs, approximate):
         name = "gelu_tanh" if op == "gelu" and approximate == "tanh" else op
@@ -328,6 +330,9 @@ def _elementwise_kernel(op: str):
                         _generic(ctx, p.spec[1], View.of(out), [View.of(x) for x in xs], shape)
                         return out
                     run = p.run = ctx.runtime.programs.kernel(ctx.runtime, ctx.index, p.spec, ctx.device)
+                    if hot and approximate == "none" and run.native is not None and _runtime._recording[0] is None:
+                        hot[0].add(ctx, x0.dtype, xs[-1].dtype, p.out_dt, p.lsize, p.grids,
+                                   ctx.runtime.queues[ctx.index], run.native)
                 run.arrays(ctx.stream if ctx.stream is not None else ctx.runtime.queues[ctx.index],
                            p.grids.get(n) or p.grid(n), p.lsize, (out, *xs), n)
             return out
@@ -362,9 +367,14 @@ def _elementwise_kernel(op: str):
                        p.grids.get(n) or p.grid(n), p.lsize, (out, x, y), n)
         return out
 
-    fn = {1: unary, 2: binary}.get(codegen.arity(op), kernel)
+    arity = codegen.arity(op)
+    fn = {1: unary, 2: binary}.get(arity, kernel)
     fn.__name__ = f"opencl_{op}"
-    return fn
+    c = _runtime.native_launch()
+    if c is None or fn is kernel:
+        return fn
+    hot.append(c.Elementwise(fn, arity))  # the same-shape hot path in C; kernel() adds each specialized launch
+    return hot[0]
 
 
 class _EwPlan:

@@ -57,7 +57,9 @@ def anydevice_environment(device_type):
         import pyopencl as cl
     except ImportError as e:
         return {"pyopencl": f"not installed ({e})"}
-    env = {"pyopencl": cl.VERSION_TEXT}
+    from .runtime import native_status
+
+    env = {"pyopencl": cl.VERSION_TEXT, "launch": native_status()}
     try:
         platforms = cl.get_platforms()
     except cl.Error as e:

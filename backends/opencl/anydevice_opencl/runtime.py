@@ -11,6 +11,7 @@ tiny kernel) leaves out devices whose driver cannot, so ``opencl:0`` is a workin
 from __future__ import annotations
 
 import collections
+import ctypes
 import hashlib
 import os
 import resource
@@ -114,18 +115,24 @@ class Launcher:
     are ``long`` arguments; they and numpy scalars go in as their bytes (:data:`_SET_BYTES`: about
     50x cheaper than ``Kernel.set_arg``, which probes the type of any non-buffer argument)."""
 
-    __slots__ = ("kernel", "last", "put", "set", "owner")
+    __slots__ = ("kernel", "last", "put", "set", "owner", "native", "arrays")
 
     def __init__(self, kernel: cl.Kernel):
         self.kernel, self.last, self.owner = kernel, [], None
         self.put, self.set = getattr(kernel, _SET_BYTES, None), kernel.set_arg
+        c = native_launch()
+        #: the C launch (``_launch.c``), None without it; ``arrays`` is its method when present
+        self.native = c.Launch(self, kernel, self._arrays_py) if c is not None else None
+        self.arrays = self.native.arrays if self.native is not None else self._arrays_py
 
     def __call__(self, queue, gsize, lsize, args) -> None:
         rec = _recording[0]
         if rec is not None and rec[0] == threading.get_ident():  # a compiled graph's claim being recorded
             rec[1].append((self, gsize, lsize, list(args)))
-        self.owner = None
         last, put = self.last, self.put
+        if self.owner is not None and self.owner is self.native:  # the C launch set them: ``last`` is stale
+            last.clear()
+        self.owner = None
         if len(last) != len(args):
             last[:] = [None] * len(args)
         i = 0
@@ -142,10 +149,11 @@ class Launcher:
             i += 1
         cl.enqueue_nd_range_kernel(queue, self.kernel, gsize, lsize)
 
-    def arrays(self, queue, gsize, lsize, arrays, n: int) -> None:
+    def _arrays_py(self, queue, gsize, lsize, arrays, n: int) -> None:
         """A launch whose arguments are each of ``arrays`` (device arrays) as its buffer and its
         element offset, then ``n``: :meth:`__call__` without building the argument list (the
-        hot path of every element-wise op)."""
+        hot path of every element-wise op). ``arrays`` is this, or the C launch that does the
+        same and comes back here for what it does not handle."""
         rec = _recording[0]
         if rec is not None and rec[0] == threading.get_ident():
             args = []
@@ -153,8 +161,10 @@ class Launcher:
                 b = a.block
                 args += (b.handle, (b.offset + a.offset) // a.dtype.itemsize)
             rec[1].append((self, gsize, lsize, args + [n]))
-        self.owner = None
         last, put, set_ = self.last, self.put, self.set
+        if self.owner is not None and self.owner is self.native:
+            last.clear()
+        self.owner = None
         k = 2 * len(arrays)
         if len(last) != k + 1:
             last[:] = [None] * (k + 1)
@@ -215,6 +225,53 @@ def _template_args(template, arrays) -> list:
 
 #: ``(thread id, launch list)`` of the claim being recorded (:mod:`recording`), else None
 _recording: list = [None]
+NATIVE_ENV = "ANYDEVICE_OPENCL_NATIVE"
+_native: list = []  # [the configured _launch module or None, its status line], once looked up
+
+
+def native_launch():
+    """The C launch module (``_launch.c``) set up with the OpenCL loader pyopencl uses, or None:
+    not built, ``ANYDEVICE_OPENCL_NATIVE=0``, or no loader found among the process's mapped files."""
+    if not _native:
+        _native[:] = _find_native()
+    return _native[0]
+
+
+def native_status() -> str:
+    native_launch()
+    return _native[1]
+
+
+def _find_native() -> tuple:
+    if os.environ.get(NATIVE_ENV, "1").strip() == "0":
+        return None, f"off ({NATIVE_ENV}=0): launches through pyopencl"
+    try:
+        from . import _launch
+    except ImportError:
+        return None, "not built (no C compiler at install): launches through pyopencl"
+    path = _loader_path()
+    if path is None:
+        return None, "pyopencl's OpenCL loader not found among the mapped files: launches through pyopencl"
+    try:
+        lib = ctypes.CDLL(path)
+        _launch.configure(*(ctypes.cast(getattr(lib, f), ctypes.c_void_p).value
+                            for f in ("clSetKernelArg", "clEnqueueNDRangeKernel")), _recording)
+    except (OSError, AttributeError, ValueError) as e:
+        return None, f"the OpenCL loader {os.path.basename(path)} is unusable ({e}): launches through pyopencl"
+    return _launch, f"C (_launch.c, through {os.path.basename(path)})"
+
+
+def _loader_path() -> str | None:
+    """The OpenCL loader (``libOpenCL*``) that pyopencl's extension loaded, from /proc/self/maps."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split(None, 5)[-1].strip()
+                if os.path.basename(path).startswith("libOpenCL") and os.path.isfile(path):
+                    return path
+    except OSError:
+        pass
+    return None
 #: pyopencl's Kernel method that sets an argument from a bytes-like value (absent: ``set_arg``)
 _SET_BYTES = "_set_arg_buf"
 _LONG = struct.Struct("<q").pack
