@@ -249,6 +249,34 @@ def test_plain_kernels_pass_positions_and_keywords_through():
     np.testing.assert_array_equal(K._TABLE["concat"][0]([np.ones(2), np.zeros((1, 2))], axis=None), [1, 1, 0, 0])
 
 
+def test_the_c_where_kernel_selects_numpys_bits():
+    from anydevice.runtime.devices import get_backend
+
+    k = get_backend("cpu").kernels.lookup("where", ad.float32).fn
+    assert type(k).__name__ == "Kernel" and "where" in repr(k)
+    rng = np.random.default_rng(8)
+    odd = np.array([np.nan, -0.0, np.inf, -np.inf, 1e-45], np.float32)
+    odd[0] = np.frombuffer(np.uint32(0x7FC00123).tobytes(), np.float32)[0]  # a NaN payload is kept
+    cases = []
+    for dt in ("float32", "float64", "float16", "int8", "uint16", "int32", "int64", "bool", "complex64"):
+        for shape in ((), (0,), (1,), (7,), (4, 4), (3, 5, 2), (70000,)):
+            x = (rng.standard_normal(shape) * 9).astype(dt)
+            y = (rng.standard_normal(shape) * 9).astype(dt)
+            cases.append((rng.standard_normal(shape) > 0, x, y))
+    m = rng.standard_normal((4, 6)) > 0
+    a, b = rng.standard_normal((4, 6)).astype(np.float32), rng.standard_normal((4, 6)).astype(np.float32)
+    cases += [(np.array([True, False, True, False, True]), odd, odd[::-1].copy()),
+              (m, a, b[0]), (m[0], a, b), (m, a.T.copy().T, b), (m, a, b.T.copy().T[:, ::-1]),  # broadcasts, strides
+              (m.astype(np.int8), a, b), (m, a, b.astype(np.float64)), (m, a.astype(">f4"), b.astype(">f4")),
+              (m, np.float32(2), b)]
+    for c, x, y in cases:
+        got, want = k(None, c, x, y), np.where(c, x, y)
+        assert type(got) is np.ndarray and got.dtype == want.dtype and got.shape == want.shape
+        assert got.tobytes() == want.tobytes()
+    with pytest.raises(ValueError):  # numpy's error for shapes that do not broadcast
+        k(None, m, a, np.ones(5, np.float32))
+
+
 def test_the_c_astype_kernel_is_the_python_one():
     k = K._TABLE["astype"][0]
     assert type(k).__name__ == "Kernel"

@@ -517,13 +517,15 @@ static PyObject *py_var(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  *   to_f16/to_f32 (as native.convert does it), ``generic(ctx, x, dtype, copy)`` otherwise;
  * - concat(generic, empty, ndarray): C-contiguous arrays of one dtype joined along an int axis by
  *   copying rows, ``generic(ctx, arrays, axis)`` otherwise;
+ * - where(generic, empty, ndarray): a bool condition selecting between two C-contiguous arrays
+ *   of one dtype and one shape, ``generic(ctx, cond, x, y)`` otherwise;
  * - extreme(op, generic, empty, ndarray): max (op 1) or min (2) of a C-contiguous float32/float64
  *   ndarray over all axes or one, in reduce_f32/f64 above, into ``empty(shape, dtype)``;
  *   ``generic(ctx, x, axis, keepdims)`` otherwise. */
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
-    int kind;  /* 0 plain, 1 quiet, 2 extreme, 3 astype, 4 concat */
+    int kind;  /* 0 plain, 1 quiet, 2 extreme, 3 astype, 4 concat, 5 where */
     int op;
     PyObject *fn, *generic, *halves, *half_set, *var, *ignore, *empty;  /* astype: halves float16, half_set float32 */
 } Wrapper;
@@ -741,6 +743,15 @@ static PyObject *astype_call(PyObject *self, PyObject *const *args, size_t nargs
     return out;
 }
 
+/* ``empty(shape, dtype)`` and its writable C-contiguous buffer in ``bo``: the result a kernel
+ * fills, or NULL with the error set (no memory). */
+static PyObject *new_result(Wrapper *w, PyObject *shape, PyObject *dtype, Py_buffer *bo) {
+    PyObject *a2[2] = {shape, dtype};
+    PyObject *out = PyObject_Vectorcall(w->empty, a2, 2, NULL);
+    if (out != NULL && PyObject_GetBuffer(out, bo, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) Py_CLEAR(out);
+    return out;
+}
+
 /* concat(ctx, arrays, axis): C-contiguous ndarrays of one dtype (the same dtype object, no
  * Python objects inside) joined along an int axis by copying each one's rows of that axis in
  * turn; ``generic`` otherwise (axis None, strided inputs, mismatched shapes: numpy's errors). */
@@ -792,6 +803,7 @@ static PyObject *concat_call(PyObject *self, PyObject *const *args, size_t nargs
         for (int j = 0; ok && j < nd; j++)
             ok = j == a || b[i].shape[j] == b[0].shape[j];
     Py_ssize_t outer = 1, inner = 1, total = 0;
+    Py_buffer bo;
     int failed = 0;  /* an error to raise (no memory), not a call to hand to numpy */
     if (ok) {
         for (int j = 0; j < a; j++) outer *= b[0].shape[j];
@@ -803,18 +815,11 @@ static PyObject *concat_call(PyObject *self, PyObject *const *args, size_t nargs
             if (v == NULL) Py_CLEAR(shape);
             else PyTuple_SET_ITEM(shape, j, v);
         }
-        if (shape != NULL) {
-            PyObject *a2[2] = {shape, dt};
-            out = PyObject_Vectorcall(w->empty, a2, 2, NULL);
-        }
+        if (shape != NULL) out = new_result(w, shape, dt, &bo);
         failed = out == NULL;
     }
     if (out != NULL) {
-        Py_buffer bo;
-        if (PyObject_GetBuffer(out, &bo, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) {
-            Py_CLEAR(out);
-            failed = 1;
-        } else {
+        {
             Py_ssize_t row = inner * b[0].itemsize;
             PyThreadState *ts = bo.len >= (1 << 16) ? PyEval_SaveThread() : NULL;
             char *dst = (char *)bo.buf;
@@ -838,6 +843,84 @@ static PyObject *concat_call(PyObject *self, PyObject *const *args, size_t nargs
     return call_generic(w, args, nargsf, kwnames);
 }
 
+/* where(ctx, cond, x, y): a bool ndarray and two ndarrays of one dtype (the same dtype object, one
+ * native format character, no Python objects), all C-contiguous and of one shape, selected element
+ * by element into ``empty(shape, dtype)`` (the bits of x or y, as np.where copies them);
+ * ``generic`` otherwise (broadcasting, mixed dtypes, strided inputs: numpy's where). */
+#define WHERE_SELECT(T)                                                                      \
+    do {                                                                                     \
+        const T *px = (const T *)bx.buf, *py = (const T *)by.buf;                            \
+        T *po = (T *)bo.buf;                                                                 \
+        for (Py_ssize_t i = 0; i < count; i++) { /* both loads unconditional: a vector blend */ \
+            T a = px[i], b = py[i];                                                          \
+            po[i] = c[i] ? a : b;                                                            \
+        }                                                                                    \
+    } while (0)
+
+static PyObject *where_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Wrapper *w = (Wrapper *)self;
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (n != 4 || (kwnames && PyTuple_GET_SIZE(kwnames)))
+        return call_generic(w, args, nargsf, kwnames);
+    PyObject *cond = args[1], *x = args[2], *y = args[3];
+    PyTypeObject *nd = (PyTypeObject *)w->fn;
+    if (Py_TYPE(cond) != nd || Py_TYPE(x) != nd || Py_TYPE(y) != nd)
+        return call_generic(w, args, nargsf, kwnames);
+    PyObject *dx = PyObject_GetAttr(x, s_dtype), *dy = PyObject_GetAttr(y, s_dtype);
+    int same = dx != NULL && dx == dy;
+    Py_XDECREF(dy);
+    if (!same) {
+        Py_XDECREF(dx);
+        PyErr_Clear();
+        return call_generic(w, args, nargsf, kwnames);
+    }
+    Py_buffer bc, bx, by;
+    int got = 0, ok = 1;
+    if (PyObject_GetBuffer(cond, &bc, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0) got = 1;
+    if (got == 1 && PyObject_GetBuffer(x, &bx, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0) got = 2;
+    if (got == 2 && PyObject_GetBuffer(y, &by, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0) got = 3;
+    if (got < 3) ok = 0;
+    if (ok) {
+        const char *fc = bc.format ? bc.format : "B", *fx = bx.format ? bx.format : "B";
+        ok = strcmp(fc, "?") == 0 && strlen(fx) == 1 && strchr("?bBhHiIlLqQefd", fx[0]) != NULL
+             && bx.ndim == bc.ndim && by.ndim == bc.ndim && bx.itemsize == by.itemsize;
+        for (int j = 0; ok && j < bc.ndim; j++)
+            ok = bx.shape[j] == bc.shape[j] && by.shape[j] == bc.shape[j];
+    }
+    PyObject *out = NULL, *shape = NULL;
+    Py_buffer bo;
+    int failed = 0;
+    if (ok) {
+        shape = PyObject_GetAttr(x, s_shape);
+        if (shape != NULL) out = new_result(w, shape, dx, &bo);
+        failed = out == NULL;
+    }
+    if (out != NULL) {
+        {
+            const unsigned char *c = (const unsigned char *)bc.buf;
+            Py_ssize_t count = bc.len;  /* one byte per bool element */
+            PyThreadState *ts = bo.len >= (1 << 16) ? PyEval_SaveThread() : NULL;
+            switch (bx.itemsize) {
+                case 1: WHERE_SELECT(uint8_t); break;
+                case 2: WHERE_SELECT(uint16_t); break;
+                case 4: WHERE_SELECT(uint32_t); break;
+                default: WHERE_SELECT(uint64_t); break;
+            }
+            if (ts != NULL) PyEval_RestoreThread(ts);
+            PyBuffer_Release(&bo);
+        }
+    }
+    if (got >= 3) PyBuffer_Release(&by);
+    if (got >= 2) PyBuffer_Release(&bx);
+    if (got >= 1) PyBuffer_Release(&bc);
+    Py_XDECREF(shape);
+    Py_DECREF(dx);
+    if (out != NULL || failed)
+        return out;
+    PyErr_Clear();  /* a form left to numpy */
+    return call_generic(w, args, nargsf, kwnames);
+}
+
 static int wrapper_traverse(Wrapper *w, visitproc visit, void *arg) {
     Py_VISIT(w->fn); Py_VISIT(w->generic); Py_VISIT(w->halves); Py_VISIT(w->half_set); Py_VISIT(w->var);
     Py_VISIT(w->ignore); Py_VISIT(w->empty);
@@ -857,7 +940,7 @@ static void wrapper_dealloc(Wrapper *w) {
 }
 
 static PyObject *wrapper_repr(Wrapper *w) {
-    static const char *kinds[] = {"plain", "quiet", "extreme", "astype", "concat"};
+    static const char *kinds[] = {"plain", "quiet", "extreme", "astype", "concat", "where"};
     return PyUnicode_FromFormat("<cpu kernel %s(%R)>", kinds[w->kind], w->kind >= 2 ? w->generic : w->fn);
 }
 
@@ -938,6 +1021,15 @@ static PyObject *py_concat(PyObject *self, PyObject *const *args, Py_ssize_t nar
     return new_wrapper(4, concat_call, f);
 }
 
+static PyObject *py_where(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyCallable_Check(args[0]) || !PyCallable_Check(args[1]) || !PyType_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "where(generic, empty, ndarray)");
+        return NULL;
+    }
+    PyObject *f[7] = {args[2], args[0], NULL, NULL, NULL, NULL, args[1]};
+    return new_wrapper(5, where_call, f);
+}
+
 static PyMethodDef methods[] = {
     {"var", (PyCFunction)(void (*)(void))py_var, METH_FASTCALL,
      "var(x, correction, double): np.var of all of x (float32 or float64), or None where x is not C-contiguous or empty"},
@@ -955,6 +1047,8 @@ static PyMethodDef methods[] = {
      "quiet(fn, generic, halves, half_set, var, ignore): fn(*inputs) with floating-point warnings off"},
     {"astype", (PyCFunction)(void (*)(void))py_astype, METH_FASTCALL,
      "astype(generic, empty, ndarray, float16, float32): the astype kernel, float32 <-> float16 in C"},
+    {"where", (PyCFunction)(void (*)(void))py_where, METH_FASTCALL,
+     "where(generic, empty, ndarray): the where kernel, a bool condition over two same-shape arrays in C"},
     {"concat", (PyCFunction)(void (*)(void))py_concat, METH_FASTCALL,
      "concat(generic, empty, ndarray): the concat kernel, C-contiguous arrays of one dtype joined in C"},
     {"extreme", (PyCFunction)(void (*)(void))py_extreme, METH_FASTCALL,

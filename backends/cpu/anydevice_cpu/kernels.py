@@ -622,9 +622,9 @@ def register(kernels) -> None:
     for name, (fn, how) in _TABLE.items():
         if name == "matmul":
             kernels.register(name, _matmul())
-        elif name == "concat":
+        elif name in ("concat", "where"):
             generic = _plain(fn)
-            kernels.register(name, _native.concat(generic) or generic)
+            kernels.register(name, getattr(_native, name)(generic) or generic)
         elif how == "plain" and isinstance(fn, np.ufunc) and fn.nin == 2:
             kernels.register(name, _fast_binary(fn))
         elif how in ("quiet", "half") and isinstance(fn, np.ufunc):

@@ -168,6 +168,12 @@ def astype(generic):
     return _c.astype(generic, _empty, _ND, _F16, _F32) if _c is not None else None
 
 
+def where(generic):
+    """The where kernel ``k(ctx, cond, x, y)``: a bool condition over two C-contiguous arrays of
+    one dtype and one shape selected in C, ``generic`` for everything else (broadcasts included)."""
+    return _c.where(generic, _empty, _ND) if _c is not None else None
+
+
 def concat(generic):
     """The concat kernel ``k(ctx, arrays, axis)``: C-contiguous arrays of one dtype joined along
     an int axis in C (row copies), ``generic`` for everything else."""
