@@ -17,7 +17,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   pip_q --upgrade pip
 fi
 stamp="$VENV/.anydevice-installed"
-want="$(cat "$ROOT"/pyproject.toml "$ROOT"/setup.py "$ROOT"/backends/*/pyproject.toml "$ROOT"/backends/*/setup.py "$ROOT"/backends/*/anydevice_*/*.c "$ROOT"/core/anydevice/engine/*.c 2>/dev/null | sha256sum | cut -c1-16)"
+want="$(cat "$ROOT"/pyproject.toml "$ROOT"/setup.py "$ROOT"/backends/*/pyproject.toml "$ROOT"/backends/*/setup.py "$ROOT"/backends/*/anydevice_*/*.c "$ROOT"/core/anydevice/*/*.c 2>/dev/null | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   say "installing anydevice and its backends into $VENV (pip; about a minute the first time)"
   pkgs=(-e "$ROOT[test]")

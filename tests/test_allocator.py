@@ -143,3 +143,34 @@ def test_empty_many_carves_aligned_disjoint_arrays_from_one_allocation():
     arrs.clear()
     gc.collect()
     assert be.allocators[dev.index].stats()["allocated"] < held
+
+
+def test_the_chunk_freed_last_is_taken_back_in_one_step_on_its_stream_only():
+    """allocate()'s first branch (in C where ``runtime/_alloc.c`` is built): the chunk freed last,
+    when the request rounds to its size on its stream; every other request takes the lock."""
+    from anydevice.runtime import allocator as mod
+
+    rt = HostRuntime(count=1)
+    a = CachingAllocator(rt, 0, "fake:0")
+    assert (type(a.allocate).__name__ == "Allocate") == (mod._native is not None)
+    s1, s2 = object(), object()
+    b = a.allocate(1000, s1)
+    handle, offset = b.handle, b.offset
+    del b
+    assert len(a._pending) == 1
+    c = a.allocate(900, s1)  # rounds to the same 1 KiB chunk
+    assert (c.handle, c.offset, c.size, c.index, c.stream, c.owner) == (handle, offset, 900, 0, s1, a)
+    assert type(c) is mod._AllocBlock and not a._pending
+    del c
+    d = a.allocate(1000, s2)  # another stream: not that chunk, which stays queued (nothing lost)
+    assert d.stream is s2 and d.handle != handle
+    e = a.allocate(5000, s1)  # another size: the same
+    assert e.size == 5000 and (e.handle, e.offset) != (handle, offset)
+    st = a.stats()
+    assert st["num_allocs"] == 4 and st["allocated"] == d.chunk.size + e.chunk.size
+    del d, e
+    gc.collect()
+    assert a.stats()["allocated"] == 0
+    assert a.allocate(1000).stream is None  # the stream defaults to None on both paths
+    with pytest.raises(TypeError):
+        a.allocate("1000")  # the Python path's own error for a bad size

@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import collections
 import itertools
+import os
 import threading
 
 from anydevice.base.errors import OutOfMemoryError
@@ -78,6 +79,14 @@ class _AllocBlock(Block):
 
 
 _new_block = object.__new__
+# The C form of allocate()'s reuse branch (_alloc.c), where it was built and ANYDEVICE_NATIVE_DISPATCH
+# (which turns off the core's C hot paths) is not 0.
+_native = None
+if os.environ.get("ANYDEVICE_NATIVE_DISPATCH", "1") != "0":
+    try:
+        from anydevice.runtime import _alloc as _native
+    except ImportError:
+        pass
 
 
 class CachingAllocator:
@@ -97,6 +106,8 @@ class CachingAllocator:
         self.num_allocs = self.num_segments_taken = self.num_ooms = 0
         self._reused = itertools.count()  # chunks taken back without the lock: next() is atomic
         self._reused_seen = 0  # values of _reused that stats() drew to read it
+        if _native is not None:  # allocate() with its first branch (the chunk freed last taken back) in C
+            self.allocate = _native.Allocate(self, type(self).allocate.__get__(self), _AllocBlock)
 
     # --- public -----------------------------------------------------------------------
     def allocate(self, nbytes: int, stream=None) -> Block:
