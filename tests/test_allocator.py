@@ -174,3 +174,29 @@ def test_the_chunk_freed_last_is_taken_back_in_one_step_on_its_stream_only():
     assert a.allocate(1000).stream is None  # the stream defaults to None on both paths
     with pytest.raises(TypeError):
         a.allocate("1000")  # the Python path's own error for a bad size
+
+
+def test_a_contexts_empty_makes_the_same_arrays_in_c_and_python():
+    """``ctx.empty`` (``_alloc.Empty`` where ``runtime/_alloc.c`` is built) against the Python
+    function it stands in for, which also takes the shapes that are not tuples of ints."""
+    from anydevice.runtime import allocator as mod
+    from anydevice.runtime.contract import DeviceArray
+    from anydevice.runtime.devices import get_backend
+
+    be = get_backend("npu")
+    ctx = be.contexts[0]
+    c = ctx.empty
+    assert (type(c).__name__ == "Empty") == (mod._native is not None)
+    python = getattr(c, "fallback", c)
+    for shape, dtype in [((3, 4), ad.float32), ((), ad.int8), ((0, 5), ad.float64), ([2, 3], ad.int16),
+                         ((np.int64(2), 3), ad.float32), ((7,), ad.bool)]:
+        for make in (c, python):
+            a = make(shape, dtype)
+            assert type(a) is DeviceArray and a.shape == tuple(int(s) for s in shape) and type(a.shape) is tuple
+            assert a.dtype is dtype and a.offset == 0 and a.block.owner is be.allocators[0]
+            assert a.block.size == max(int(np.prod(a.shape)) * dtype.itemsize, 1) and a.block.stream is ctx.stream
+    before = be.allocators[0].stats()["allocated"]
+    for make in (c, python):
+        with pytest.raises(ad.OutOfMemoryError):
+            make((1 << 40, 1 << 20), ad.float32)
+    assert be.allocators[0].stats()["allocated"] == before

@@ -241,8 +241,7 @@ def _queued(op, fn, views, into=None):
 
 def _returning(op, fn, views, into=None):
     """Returning kernel of a registry op with tensor inputs and one result: the result is allocated
-    here, from the allocator that holds the first input (the one ``ctx.empty`` would use), and
-    computed as :func:`_queued`'s kernels compute theirs, at once or queued.
+    here (``ctx.empty``) and computed as :func:`_queued`'s kernels compute theirs, at once or queued.
 
     What depends only on the inputs' shapes and dtypes and on the attributes is kept in ``plans``:
     the result's shape, dtype and bytes (the op's shape and dtype rules, which the dispatcher
@@ -259,9 +258,6 @@ def _returning(op, fn, views, into=None):
             p = plans.get(key) if key is not None else None
         except TypeError:  # an unhashable attribute
             p = key = None
-        first = inputs[0]
-        if type(first) is list:
-            first = first[0]
         if p is None:
             p = _result_plan(ctx.runtime, op, fn, into, inputs, attrs, views, key is not None and all(
                 type(x) is not list for x in inputs))
@@ -270,8 +266,7 @@ def _returning(op, fn, views, into=None):
                     plans.clear()
                 plans[key] = p
         shape, dtype, nbytes, cost, run = p
-        out = _new_array(DeviceArray)
-        out.block, out.shape, out.dtype, out.offset = first.block.owner.allocate(nbytes, ctx.stream), shape, dtype, 0
+        out = ctx.empty(shape, dtype)
         rt, stream = ctx.runtime, ctx.stream
         chip = rt.chips[ctx.index]
         if (cost[1] or chip.faults
@@ -289,8 +284,7 @@ def _returning(op, fn, views, into=None):
             return kernel(ctx, x, **attrs)
         shape, dtype, nbytes, cost, run = p
         stream = ctx.stream
-        out = _new_array(DeviceArray)
-        out.block, out.shape, out.dtype, out.offset = x.block.owner.allocate(nbytes, stream), shape, dtype, 0
+        out = ctx.empty(shape, dtype)
         rt = ctx.runtime
         chip = rt.chips[ctx.index]
         if (cost[1] or chip.faults
@@ -387,8 +381,7 @@ def _binary(op, ufunc, views):
 
     Its :class:`Plan` per combination of operand shapes and dtypes is kept in ``plans``, and
     the last one per shape of ``a`` in ``last`` (one lookup on the hot path); ``views`` empties
-    both whenever it drops its tables. The result comes from the allocator that holds ``a``
-    (the one ``ctx.empty`` would use).
+    both whenever it drops its tables. The result comes from ``ctx.empty``.
     """
     name, rule, plans, last = op.name, op.dtype_rule, {}, {}
     views.plans += (plans, last)
@@ -408,8 +401,7 @@ def _binary(op, ufunc, views):
         p = last.get(a.shape)
         if p is None or p.b_shape != b.shape or p.a_dtype is not a.dtype or p.b_dtype is not b.dtype:
             p = find(ctx, a, b)
-        out = _new_array(DeviceArray)
-        out.block, out.shape, out.dtype, out.offset = a.block.owner.allocate(p.nbytes, ctx.stream), p.shape, p.dtype, 0
+        out = ctx.empty(p.shape, p.dtype)
         rt, stream = ctx.runtime, ctx.stream
         chip = rt.chips[ctx.index]
         if chip.faults:

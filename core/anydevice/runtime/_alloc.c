@@ -5,6 +5,8 @@
  * wrapped in a new block, whose slots are written through their member offsets. Every other
  * request, and anything unexpected, goes to ``fallback`` (the Python method) unchanged.
  *
+ * ``Empty`` is a context's ``empty(shape, dtype)`` on top of it (see below).
+ *
  * The GIL makes the pop-compare-push atomic, as deque.pop is for the Python path; freeing never
  * takes the allocator's lock (blocks append their chunk to ``_pending``), so neither does this.
  */
@@ -16,6 +18,8 @@ static PyObject *s_pop, *s_append, *s_size, *s_seg, *s_stream, *s_handle, *s_off
 /* the block slots this path writes, in order: handle, offset, size, index, stream, owner, chunk */
 static const char *SLOTS[] = {"handle", "offset", "size", "index", "stream", "owner", "chunk"};
 #define NSLOTS 7
+
+static int slot_offsets(PyObject *type, const char **names, int k, Py_ssize_t *out);
 
 typedef struct {
     PyObject_HEAD
@@ -108,17 +112,7 @@ static PyObject *allocate_new(PyTypeObject *type, PyObject *args, PyObject *kwds
     }
     if (!PyArg_ParseTuple(args, "OOO!:Allocate", &owner, &fb, &PyType_Type, &block)) return NULL;
     Py_ssize_t slot[NSLOTS];
-    for (int i = 0; i < NSLOTS; i++) {
-        PyObject *d = PyObject_GetAttrString(block, SLOTS[i]);
-        if (d == NULL) return NULL;
-        int ok = Py_IS_TYPE(d, &PyMemberDescr_Type) && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
-        slot[i] = ok ? ((PyMemberDescrObject *)d)->d_member->offset : 0;
-        Py_DECREF(d);
-        if (!ok) {
-            PyErr_Format(PyExc_TypeError, "Allocate(): the block type's %s is not a slot", SLOTS[i]);
-            return NULL;
-        }
-    }
+    if (slot_offsets(block, SLOTS, NSLOTS, slot) < 0) return NULL;
     PyObject *pending = PyObject_GetAttrString(owner, "_pending");
     PyObject *reused = pending != NULL ? PyObject_GetAttrString(owner, "_reused") : NULL;
     PyObject *gran = reused != NULL ? PyObject_GetAttrString(owner, "_gran") : NULL;
@@ -200,10 +194,169 @@ static PyTypeObject AllocateType = {
     .tp_members = allocate_members,
 };
 
+/* --- Empty ------------------------------------------------------------------------------------
+ * ``Empty(allocate, ctx, array type, fallback)`` is a context's ``empty(shape, dtype)``
+ * (``Backend._allocating`` in devices.py): a block of ``dtype.itemsize * prod(shape)`` bytes (at
+ * least 1) from ``allocate`` on ``ctx.stream``, as a new DeviceArray at offset 0, its slots written
+ * through their offsets. A shape that is not a tuple of ints goes to ``fallback``. */
+static const char *ARRAY_SLOTS[] = {"block", "offset", "shape", "dtype"};
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *allocate, *ctx, *fallback, *zero, *dtype;  /* dtype: the one seen last, of item size ``itemsize`` */
+    PyTypeObject *array;
+    Py_ssize_t itemsize;
+    Py_ssize_t slot[4];
+} Empty;
+
+static PyObject *s_itemsize, *s_ctx_stream;
+
+static PyObject *empty_call(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Empty *self = (Empty *)op;
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (n != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames)) || !PyTuple_CheckExact(args[0]))
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    PyObject *shape = args[0], *dtype = args[1];
+    if (dtype != self->dtype) {
+        PyObject *sz = PyObject_GetAttr(dtype, s_itemsize);
+        Py_ssize_t v = sz != NULL ? PyLong_AsSsize_t(sz) : -1;
+        Py_XDECREF(sz);
+        if (v <= 0) {
+            PyErr_Clear();
+            return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+        }
+        Py_INCREF(dtype);
+        Py_XSETREF(self->dtype, dtype);
+        self->itemsize = v;
+    }
+    Py_ssize_t nbytes = self->itemsize;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++) {
+        PyObject *d = PyTuple_GET_ITEM(shape, i);
+        Py_ssize_t v = PyLong_CheckExact(d) ? PyLong_AsSsize_t(d) : -1;
+        if (v < 0 || (v > 0 && nbytes > PY_SSIZE_T_MAX / v)) {  /* not an int, negative or too large: Python */
+            PyErr_Clear();
+            return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+        }
+        nbytes *= v;
+    }
+    PyObject *stream = PyObject_GetAttr(self->ctx, s_ctx_stream);
+    if (stream == NULL) return NULL;
+    PyObject *size = PyLong_FromSsize_t(nbytes ? nbytes : 1);
+    PyObject *block = NULL;
+    if (size != NULL) {
+        PyObject *a2[2] = {size, stream};
+        block = PyObject_Vectorcall(self->allocate, a2, 2, NULL);
+    }
+    Py_XDECREF(size);
+    Py_DECREF(stream);
+    if (block == NULL) return NULL;  /* the allocator's error (OutOfMemoryError) */
+    PyObject *a = self->array->tp_alloc(self->array, 0);
+    if (a == NULL) {
+        Py_DECREF(block);
+        return NULL;
+    }
+    PyObject *values[4] = {block, self->zero, shape, dtype};
+    for (int i = 0; i < 4; i++) {
+        if (i) Py_INCREF(values[i]);  /* the block's reference is handed over */
+        *(PyObject **)((char *)a + self->slot[i]) = values[i];
+    }
+    return a;
+}
+
+static int slot_offsets(PyObject *type, const char **names, int k, Py_ssize_t *out) {
+    for (int i = 0; i < k; i++) {
+        PyObject *d = PyObject_GetAttrString(type, names[i]);
+        if (d == NULL) return -1;
+        int ok = Py_IS_TYPE(d, &PyMemberDescr_Type) && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
+        out[i] = ok ? ((PyMemberDescrObject *)d)->d_member->offset : 0;
+        Py_DECREF(d);
+        if (!ok) {
+            PyErr_Format(PyExc_TypeError, "%s is not a slot of %R", names[i], type);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *empty_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *allocate, *ctx, *array, *fb;
+    if (kwds != NULL && PyDict_GET_SIZE(kwds)) {
+        PyErr_SetString(PyExc_TypeError, "Empty() takes positional arguments only");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "OOO!O:Empty", &allocate, &ctx, &PyType_Type, &array, &fb)) return NULL;
+    Py_ssize_t slot[4];
+    if (slot_offsets(array, ARRAY_SLOTS, 4, slot) < 0) return NULL;
+    Empty *self = (Empty *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->zero = PyLong_FromLong(0);
+    if (self->zero == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    PyObject *objs[] = {allocate, ctx, array, fb};
+    for (int i = 0; i < 4; i++) Py_INCREF(objs[i]);
+    self->allocate = allocate;
+    self->ctx = ctx;
+    self->array = (PyTypeObject *)array;
+    self->fallback = fb;
+    memcpy(self->slot, slot, sizeof slot);
+    self->vectorcall = empty_call;
+    return (PyObject *)self;
+}
+
+static int empty_traverse(Empty *self, visitproc visit, void *arg) {
+    Py_VISIT(self->allocate);
+    Py_VISIT(self->ctx);
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->dtype);
+    Py_VISIT(self->array);
+    return 0;
+}
+
+static int empty_clear(Empty *self) {
+    Py_CLEAR(self->allocate);
+    Py_CLEAR(self->ctx);
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->dtype);
+    Py_CLEAR(self->zero);
+    Py_CLEAR(self->array);
+    return 0;
+}
+
+static void empty_dealloc(Empty *self) {
+    PyObject_GC_UnTrack(self);
+    empty_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef empty_members[] = {
+    {"fallback", T_OBJECT, offsetof(Empty, fallback), READONLY, "the Python empty"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject EmptyType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "anydevice.runtime._alloc.Empty",
+    .tp_basicsize = sizeof(Empty),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "Empty(allocate, ctx, array type, fallback): a context's empty(shape, dtype) in C",
+    .tp_new = empty_new,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(Empty, vectorcall),
+    .tp_traverse = (traverseproc)empty_traverse,
+    .tp_clear = (inquiry)empty_clear,
+    .tp_dealloc = (destructor)empty_dealloc,
+    .tp_members = empty_members,
+};
+
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_alloc", NULL, -1, NULL};
 
 PyMODINIT_FUNC PyInit__alloc(void) {
-    if (PyType_Ready(&AllocateType) < 0) return NULL;
+    if (PyType_Ready(&AllocateType) < 0 || PyType_Ready(&EmptyType) < 0) return NULL;
+    if (!(s_itemsize = PyUnicode_InternFromString("itemsize")) || !(s_ctx_stream = PyUnicode_InternFromString("stream")))
+        return NULL;
     if (!(s_pop = PyUnicode_InternFromString("pop")) || !(s_append = PyUnicode_InternFromString("append"))
         || !(s_size = PyUnicode_InternFromString("size")) || !(s_seg = PyUnicode_InternFromString("seg"))
         || !(s_stream = PyUnicode_InternFromString("stream")) || !(s_handle = PyUnicode_InternFromString("handle"))
@@ -214,6 +367,12 @@ PyMODINIT_FUNC PyInit__alloc(void) {
     Py_INCREF(&AllocateType);
     if (PyModule_AddObject(m, "Allocate", (PyObject *)&AllocateType) < 0) {
         Py_DECREF(&AllocateType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&EmptyType);
+    if (PyModule_AddObject(m, "Empty", (PyObject *)&EmptyType) < 0) {
+        Py_DECREF(&EmptyType);
         Py_DECREF(m);
         return NULL;
     }

@@ -27,6 +27,7 @@ import numpy as np
 from anydevice.base import dtypes as _dt
 from anydevice.base.errors import DeviceUnavailableError, UnsupportedError
 from anydevice.ops import registry as _registry
+from anydevice.runtime import allocator as _allocator
 from anydevice.runtime.allocator import CachingAllocator
 from anydevice.runtime.contract import DeviceArray, KernelContext, KernelTable
 from anydevice.runtime.plugins import CONFLICT, DISABLED, FAILED, READY, REFUSED, SKIPPED, UNAVAILABLE, manager
@@ -172,7 +173,8 @@ class Backend:
             a.block, a.shape, a.dtype, a.offset = allocate(n or 1, ctx.stream), shape, dtype, 0
             return a
 
-        return empty
+        c = _allocator._native  # the same in C (runtime/_alloc.c), with this for shapes that are not tuples
+        return empty if c is None else c.Empty(allocate, ctx, DeviceArray, empty)
 
     def empty_many(self, index: int, specs) -> list:
         """Arrays of ``specs`` (``(shape, dtype)`` pairs) carved from ONE allocation, each at an
