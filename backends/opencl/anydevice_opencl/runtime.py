@@ -262,16 +262,20 @@ def _find_native() -> tuple:
 
 
 def _loader_path() -> str | None:
-    """The OpenCL loader (``libOpenCL*``) that pyopencl's extension loaded, from /proc/self/maps."""
+    """The OpenCL loader (``libOpenCL*``) that pyopencl's extension loaded, from /proc/self/maps:
+    the one inside pyopencl's folder (its wheel's own) before any other mapped one."""
+    found = []
     try:
         with open("/proc/self/maps") as f:
             for line in f:
                 path = line.split(None, 5)[-1].strip()
-                if os.path.basename(path).startswith("libOpenCL") and os.path.isfile(path):
-                    return path
+                if os.path.basename(path).startswith("libOpenCL") and path not in found and os.path.isfile(path):
+                    found.append(path)
     except OSError:
-        pass
-    return None
+        return None
+    home = os.path.dirname(os.path.dirname(cl.__file__))
+    found.sort(key=lambda p: not p.startswith(os.path.join(home, "pyopencl")))
+    return found[0] if found else None
 #: pyopencl's Kernel method that sets an argument from a bytes-like value (absent: ``set_arg``)
 _SET_BYTES = "_set_arg_buf"
 _LONG = struct.Struct("<q").pack
