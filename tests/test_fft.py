@@ -158,3 +158,20 @@ def test_an_empty_batch_with_a_huge_length_is_empty_everywhere(dev):
     r = ad.fft.hfft(x, n=2 ** 40)
     assert r.shape == (2, 0, 2 ** 40) and r.dtype == ad.float32 and r.device == ad.device.as_device(dev)
     assert ad.fft.irfft(x, n=2 ** 40).shape == (2, 0, 2 ** 40)
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+@pytest.mark.parametrize("name,kw", [("irfft", {"n": 1}), ("irfft", {"n": 6}), ("hfft", {"n": 5}),
+                                     ("irfftn", {"s": (3, 4), "axes": (0, 1)}), ("fft", {"n": 3}), ("rfft", {"n": 4})])
+def test_an_empty_input_padded_to_a_length_transforms_to_zeros(dev, name, kw):
+    # numpy's irfft and hfft of an empty input read uninitialized memory: the padded input is all zeros
+    if not _supports(dev, ad.complex64):
+        pytest.skip(f"{dev} has no complex dtypes")
+    real = name in ("rfft",)
+    shape = (0, 0) if name == "irfftn" else (0,)
+    x = ad.zeros(shape, dtype=ad.float32 if real else ad.complex64, device=dev)
+    for _ in range(3):  # fresh memory each time, so garbage would show
+        r = getattr(ad.fft, name)(x, **kw)
+        want = getattr(np.fft, name)(np.zeros(shape, np.float32 if real else np.complex64), **kw)
+        assert r.shape == want.shape and r.dtype.name == ("float32" if name in ("irfft", "hfft", "irfftn") else "complex64")
+        assert np.all(r.numpy() == 0), r.numpy()
