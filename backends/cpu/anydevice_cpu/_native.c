@@ -1012,22 +1012,23 @@ static PyObject *py_astype(PyObject *self, PyObject *const *args, Py_ssize_t nar
     return new_wrapper(3, astype_call, f);
 }
 
-static PyObject *py_concat(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+/* A wrapper made from (generic, empty, ndarray): concat's and where's. */
+static PyObject *array_wrapper(int kind, vectorcallfunc call, const char *usage, PyObject *const *args,
+                               Py_ssize_t nargs) {
     if (nargs != 3 || !PyCallable_Check(args[0]) || !PyCallable_Check(args[1]) || !PyType_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "concat(generic, empty, ndarray)");
+        PyErr_SetString(PyExc_TypeError, usage);
         return NULL;
     }
     PyObject *f[7] = {args[2], args[0], NULL, NULL, NULL, NULL, args[1]};
-    return new_wrapper(4, concat_call, f);
+    return new_wrapper(kind, call, f);
+}
+
+static PyObject *py_concat(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    return array_wrapper(4, concat_call, "concat(generic, empty, ndarray)", args, nargs);
 }
 
 static PyObject *py_where(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3 || !PyCallable_Check(args[0]) || !PyCallable_Check(args[1]) || !PyType_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "where(generic, empty, ndarray)");
-        return NULL;
-    }
-    PyObject *f[7] = {args[2], args[0], NULL, NULL, NULL, NULL, args[1]};
-    return new_wrapper(5, where_call, f);
+    return array_wrapper(5, where_call, "where(generic, empty, ndarray)", args, nargs);
 }
 
 static PyMethodDef methods[] = {

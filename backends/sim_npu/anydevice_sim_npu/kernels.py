@@ -244,7 +244,7 @@ def _returning(op, fn, views, into=None):
     here (``ctx.empty``) and computed as :func:`_queued`'s kernels compute theirs, at once or queued.
 
     What depends only on the inputs' shapes and dtypes and on the attributes is kept in ``plans``:
-    the result's shape, dtype and bytes (the op's shape and dtype rules, which the dispatcher
+    the result's shape and dtype (the op's shape and dtype rules, which the dispatcher
     applied too), the modelled seconds, whether it is heavy, the view tables of the result and
     the inputs (emptied with ``views``), and which kernel runs: ``fn``, or ``into`` (``fn`` writing
     into the result, see :data:`INTO`) where that gives the same bits.
@@ -265,7 +265,7 @@ def _returning(op, fn, views, into=None):
                 if len(plans) >= 4096:
                     plans.clear()
                 plans[key] = p
-        shape, dtype, nbytes, cost, run = p
+        shape, dtype, cost, run = p
         out = ctx.empty(shape, dtype)
         rt, stream = ctx.runtime, ctx.stream
         chip = rt.chips[ctx.index]
@@ -282,7 +282,7 @@ def _returning(op, fn, views, into=None):
             return kernel(ctx, x, **attrs)
         if p is None:
             return kernel(ctx, x, **attrs)
-        shape, dtype, nbytes, cost, run = p
+        shape, dtype, cost, run = p
         stream = ctx.stream
         out = ctx.empty(shape, dtype)
         rt = ctx.runtime
@@ -298,20 +298,17 @@ def _returning(op, fn, views, into=None):
 
 
 def _result_plan(rt, op, fn, into, inputs, attrs, views, tables: bool):
-    """(shape, dtype, bytes to allocate, (modelled seconds, heavy, view tables or None), kernel) of
-    a :func:`_returning` kernel's result."""
+    """(shape, dtype, (modelled seconds, heavy, view tables or None), kernel) of a
+    :func:`_returning` kernel's result."""
     shapes = [[a.shape for a in x] if type(x) is list else x.shape for x in inputs]
     dtypes = [a.dtype for x in inputs for a in (x if type(x) is list else (x,))]
     shape = tuple(op.shape_rule(shapes, attrs))
     dtype = op.dtype_rule(dtypes, attrs)[1]
-    size = dtype.itemsize
-    for n in shape:
-        size *= n
     out = _new_array(DeviceArray)
     out.shape, out.dtype, out.offset = shape, dtype, 0
     seconds, heavy, _ = kernel_cost(rt, op.name, op, out, inputs, attrs)
     t = views.tables_for((shape, dtype), *[(x.shape, x.dtype) for x in inputs]) if tables else None
-    return (shape, dtype, size or 1, (seconds, heavy, None if t is None else (t[0], t[1:])),
+    return (shape, dtype, (seconds, heavy, None if t is None else (t[0], t[1:])),
             _into(op.name, fn, into, dtype, dtypes, attrs))
 
 
@@ -356,12 +353,11 @@ def _cost_key(out, inputs, attrs):
 
 class Plan:
     """What a binary element-wise kernel needs that depends only on its operands' shapes and
-    dtypes: the result's shape, dtype and bytes, the modelled seconds, whether the kernel is
+    dtypes: the result's shape and dtype, the modelled seconds, whether the kernel is
     heavy (moves :data:`~anydevice_sim_npu.streams.HEAVY_BYTES` or more), and the view tables
     (:class:`~anydevice_sim_npu.runtime.ViewCache`) of the operands and the result."""
 
-    __slots__ = ("a_shape", "b_shape", "a_dtype", "b_dtype", "shape", "dtype", "nbytes", "seconds", "heavy",
-                 "ta", "tb", "to")
+    __slots__ = ("a_shape", "b_shape", "a_dtype", "b_dtype", "shape", "dtype", "seconds", "heavy", "ta", "tb", "to")
 
     def __init__(self, runtime, name, rule, a, b, views):
         self.a_shape, self.b_shape, self.a_dtype, self.b_dtype = a.shape, b.shape, a.dtype, b.dtype
@@ -371,7 +367,7 @@ class Plan:
         for n in shape:
             size *= n
         moved = a.nbytes + b.nbytes + size * dtype.itemsize
-        self.shape, self.dtype, self.nbytes = shape, dtype, size * dtype.itemsize or 1
+        self.shape, self.dtype = shape, dtype
         self.seconds, self.heavy = runtime.device_time(name, moved, size), moved >= HEAVY_BYTES
         self.ta, self.tb, self.to = views.tables_for((a.shape, a.dtype), (b.shape, b.dtype), (shape, dtype))
 
